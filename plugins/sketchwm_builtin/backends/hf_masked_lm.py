@@ -1,0 +1,111 @@
+"""``hf-masked-lm``: any Hugging Face ``AutoModelForMaskedLM`` (BERT, RoBERTa, ModernBERT, ...) as a DLM.
+
+A masked LM trained with a masking objective gives, for each [MASK], a marginal over the
+vocabulary: exactly what a masked diffusion sampler needs (the model is time-agnostic, as in
+MDLM/LLaDA). Loads only from a local directory; never downloads.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Literal
+
+import torch
+from pydantic import Field
+
+from sketchwm.components import DLMBackend
+from sketchwm.config import StrictModel
+from sketchwm.errors import ConfigError, ModelFileError
+
+_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def resolve_device(device: str) -> torch.device:
+    """"auto" → cuda if available else cpu; otherwise ``torch.device(device)``."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def special_token_ids(tokenizer: Any, vocab_size: int) -> list[int]:
+    """Ids of special tokens and bracketed placeholders like ``[unused12]`` / ``<extra_id_0>``."""
+    ids = set(int(i) for i in getattr(tokenizer, "all_special_ids", []) if i is not None)
+    for tok, i in tokenizer.get_vocab().items():
+        if re.fullmatch(r"\[unused\d+\]|<extra_id_\d+>", tok):
+            ids.add(int(i))
+    return sorted(i for i in ids if 0 <= i < vocab_size)
+
+
+class HFBackendParams(StrictModel):
+    """Parameters shared by Hugging Face backends.
+
+    Attributes:
+        path: local directory of the checkpoint (``from_pretrained``; never downloaded).
+        device: "auto", "cpu", "cuda", "cuda:1", ...
+        dtype: weight dtype.
+        max_length: override of the model's maximum sequence length.
+    """
+
+    path: str = ""
+    device: str = "auto"
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"
+    max_length: int | None = Field(None, ge=8)
+
+
+class HFMaskedLMBackend(DLMBackend):
+    """Any local Hugging Face masked LM (BERT/RoBERTa/ModernBERT) used as a masked diffusion denoiser.
+
+    Args:
+        params: :class:`HFBackendParams` (``path`` required).
+        model, tokenizer: already-built objects (tests, in-memory models); then ``path`` is ignored.
+
+    Raises:
+        ModelFileError: ``path`` missing or not loadable.
+        ConfigError: the tokenizer has no mask token.
+    """
+
+    name = "hf-masked-lm"
+    Params = HFBackendParams
+
+    def __init__(self, params: Any = None, *, model: Any = None, tokenizer: Any = None):
+        self.params = self.parse_params(params)
+        self.device = resolve_device(self.params.device)
+        if model is None or tokenizer is None:
+            model, tokenizer = self._load(self.params.path)
+        self.model = model.to(self.device).eval()
+        self.tokenizer = tokenizer
+        self._setup()
+
+    def _load(self, path: str) -> tuple[Any, Any]:
+        from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+        if not path or not os.path.isdir(path):
+            raise ModelFileError(f"{self.name}: model directory not found: {path!r} (params.path must be a local directory)")
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        try:
+            tok = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForMaskedLM.from_pretrained(path, dtype=_DTYPES[self.params.dtype])
+        except Exception as exc:  # noqa: BLE001
+            raise ModelFileError(f"{self.name}: cannot load model from {path}: {exc}") from exc
+        return model, tok
+
+    def _setup(self) -> None:
+        tok, cfg = self.tokenizer, self.model.config
+        if getattr(tok, "mask_token_id", None) is None:
+            raise ConfigError(f"{self.name}: tokenizer has no mask token")
+        self.mask_token_id = int(tok.mask_token_id)
+        self.vocab_size = int(cfg.vocab_size)
+        self.eos_token_id = None  # masked LMs have no end-of-text token: fixed-length generation
+        self.banned_token_ids = special_token_ids(tok, self.vocab_size)
+        self.max_length = int(self.params.max_length or getattr(cfg, "max_position_embeddings", 512))
+        self.model_id = f"{self.name}:{os.path.basename(os.path.normpath(self.params.path)) or type(self.model).__name__}"
+        self.sampler_defaults = {}
+
+    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, L) int64 → (B, L, V) float32; see :meth:`DLMBackend.logits`."""
+        if input_ids.shape[1] > self.max_length:
+            raise ConfigError(f"sequence of {input_ids.shape[1]} tokens exceeds the model's maximum of {self.max_length}")
+        am = None if attention_mask is None else attention_mask.to(self.device).long()
+        out = self.model(input_ids=input_ids.to(self.device), attention_mask=am)
+        return out.logits.float()

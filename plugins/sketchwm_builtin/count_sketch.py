@@ -1,0 +1,194 @@
+"""``count-sketch``: the keyed Count-Sketch of the seed paper (Def. 2.3, §4.1), with balanced signs (eq. 4).
+
+For each row r ∈ [d], a keyed hash h_r: V → [w] and a sign σ_r: V → {±1}; the token feature
+φ(v) ∈ R^{d×w} has one signed bucket per row. Tables are tensors over the whole vocabulary,
+derived from the sketch key k_sk by the keyed PRF of :mod:`sketchwm.prf`.
+
+Sign balancing (eq. 4): given a token prior π_tok, the signs inside each bucket are chosen so
+that Σ_{v: h_r(v)=b} π(v) σ_r(v) ≈ 0: tokens of a bucket are taken in decreasing π and each gets
+the sign opposite to the bucket's running sum (greedy number partitioning), with keyed coins for
+ties and for zero-mass tokens. All d·w buckets are processed in parallel (one vectorised step
+per within-bucket rank; no loop over tokens).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from pydantic import Field
+
+from sketchwm.components import Sketch
+from sketchwm.config import StrictModel
+from sketchwm.errors import ConfigError
+from sketchwm.hookspecs import hookimpl
+from sketchwm.prf import keyed_randint, keyed_signs
+
+__all__ = ["CountSketch", "balance_signs", "bucket_imbalance"]
+
+
+def bucket_imbalance(prior: torch.Tensor, buckets: torch.Tensor, signs: torch.Tensor, w: int) -> torch.Tensor:
+    """Per-bucket signed mass Σ_{v: h_r(v)=b} π(v) σ_r(v) (the left side of eq. 4).
+
+    Args:
+        prior: (V,) float64 probabilities.
+        buckets: (d, V) int64 in [0, w).
+        signs: (d, V) float ±1.
+
+    Returns:
+        (d, w) float64.
+    """
+    d = buckets.shape[0]
+    out = torch.zeros(d, w, dtype=torch.float64, device=buckets.device)
+    return out.scatter_add_(1, buckets, prior[None, :].to(torch.float64) * signs.to(torch.float64))
+
+
+def balance_signs(prior: torch.Tensor, buckets: torch.Tensor, coins: torch.Tensor, w: int) -> torch.Tensor:
+    """Greedy balanced signs (eq. 4) for every bucket of every row at once.
+
+    Args:
+        prior: (V,) float64, token probabilities π_tok (sums to 1).
+        buckets: (d, V) int64 bucket of each token in each row.
+        coins: (d, V) float ±1 keyed coins (used for ties and zero-mass tokens).
+        w: number of buckets.
+
+    Returns:
+        (d, V) float32 signs in {-1, +1}.
+    """
+    d, V = buckets.shape
+    device = buckets.device
+    prior = prior.to(torch.float64)
+    # order tokens by (bucket, -mass): sort by mass descending, then stable sort by bucket
+    by_mass = torch.argsort(prior, descending=True, stable=True)  # (V,)
+    b_sorted = buckets[:, by_mass]  # (d, V)
+    order2 = torch.argsort(b_sorted, dim=1, stable=True)  # (d, V)
+    tok = by_mass[order2]  # (d, V) token ids grouped by bucket, heaviest first
+    bkt = torch.gather(b_sorted, 1, order2)  # (d, V) their buckets, non-decreasing
+    sizes = torch.zeros(d, w, dtype=torch.long, device=device).scatter_add_(1, bkt, torch.ones_like(bkt))
+    starts = torch.cumsum(sizes, 1) - sizes  # (d, w)
+    rank = torch.arange(V, device=device)[None, :] - torch.gather(starts, 1, bkt)  # (d, V) rank within bucket
+    max_size = int(sizes.max())
+    grid_tok = torch.full((d, w, max_size), -1, dtype=torch.long, device=device)
+    flat = (bkt * max_size + rank)  # (d, V)
+    grid_tok.view(d, -1).scatter_(1, flat, tok)
+    valid = grid_tok >= 0  # (d, w, S)
+    safe = grid_tok.clamp_min(0)
+    mass = torch.where(valid, prior[safe], torch.zeros((), dtype=torch.float64, device=device))  # (d, w, S)
+    coin = torch.where(valid, torch.gather(coins.to(torch.float64), 1, safe.view(d, -1)).view(d, w, max_size), 1.0)
+    running = torch.zeros(d, w, dtype=torch.float64, device=device)
+    out = torch.empty(d, w, max_size, dtype=torch.float64, device=device)
+    for k in range(max_size):  # loop over within-bucket rank; vectorised over all d*w buckets
+        m = mass[:, :, k]
+        s = torch.where(running > 0, -1.0, torch.where(running < 0, 1.0, coin[:, :, k]))
+        s = torch.where(m > 0, s, coin[:, :, k])
+        out[:, :, k] = s
+        running = running + s * m
+    # scatter back to (d, V)
+    res = torch.empty(d, V, dtype=torch.float32, device=device)
+    return res.scatter_(1, tok, torch.gather(out.view(d, -1), 1, flat).float())
+
+
+class CountSketchParams(StrictModel):
+    """Count-Sketch shape.
+
+    Attributes:
+        d: rows (independent hash functions).
+        w: buckets per row; D = d·w.
+        balance_signs: balance signs under the token prior (eq. 4); False gives plain keyed signs.
+    """
+
+    d: int = Field(4, ge=1, le=64)
+    w: int = Field(256, ge=2, le=1 << 20)
+    balance_signs: bool = True
+
+
+class CountSketch(Sketch):
+    """Keyed Count-Sketch φ_k: V → R^{d×w} with prior-balanced signs (paper Def. 2.3, eq. 4).
+
+    Args:
+        params: :class:`CountSketchParams`.
+        key: the sketch key k_sk (:class:`sketchwm.keys.WatermarkKey`).
+        vocab_size: V.
+        token_prior: (V,) non-negative counts or probabilities π_tok, or None (signs not balanced).
+        device: where the (d, V) tables live.
+
+    Raises:
+        ConfigError: prior of the wrong length, negative, or all zero.
+    """
+
+    name = "count-sketch"
+    Params = CountSketchParams
+
+    def __init__(self, params: Any, key: Any, vocab_size: int, token_prior: torch.Tensor | None = None, device="cpu"):
+        super().__init__(params, key, vocab_size, token_prior, device)
+        d, w, V = self.params.d, self.params.w, self.vocab_size
+        rows = torch.arange(d, dtype=torch.int64)[:, None]
+        counter = rows * (1 << 32) + torch.arange(V, dtype=torch.int64)[None, :]  # (d, V)
+        self.buckets = keyed_randint(key.seed("count-sketch/bucket"), counter, w)  # (d, V) int64
+        coins = keyed_signs(key.seed("count-sketch/sign"), counter)  # (d, V) float32
+        self._report: dict[str, Any] = {"d": d, "w": w, "D": d * w, "balanced": False}
+        if token_prior is not None:
+            prior = torch.as_tensor(token_prior, dtype=torch.float64).flatten()
+            if prior.numel() != V:
+                raise ConfigError(f"token prior has {prior.numel()} entries but the vocabulary has {V}")
+            if bool((prior < 0).any()) or not torch.isfinite(prior).all() or float(prior.sum()) <= 0:
+                raise ConfigError("token prior must be finite, non-negative and not all zero")
+            prior = prior / prior.sum()
+            raw = bucket_imbalance(prior, self.buckets, coins, w)
+            signs = balance_signs(prior, self.buckets, coins, w) if self.params.balance_signs else coins
+            bal = bucket_imbalance(prior, self.buckets, signs, w)
+            self._report.update(
+                balanced=bool(self.params.balance_signs),
+                max_abs_imbalance=float(bal.abs().max()),
+                mean_abs_imbalance=float(bal.abs().mean()),
+                unbalanced_max_abs_imbalance=float(raw.abs().max()),
+                unbalanced_mean_abs_imbalance=float(raw.abs().mean()),
+                max_bucket_mass=float(bucket_imbalance(prior, self.buckets, torch.ones_like(coins), w).max()),
+            )
+        else:
+            signs = coins
+        self.signs = signs.to(torch.float32)
+        self.flat_index = (rows * w + self.buckets)  # (d, V) coordinate in [0, D)
+        self.to(self.device)
+
+    def to(self, device: Any) -> "CountSketch":
+        """Move the tables to ``device``."""
+        self.device = torch.device(device)
+        self.buckets = self.buckets.to(self.device)
+        self.signs = self.signs.to(self.device)
+        self.flat_index = self.flat_index.to(self.device)
+        return self
+
+    @property
+    def dim(self) -> int:
+        """D = d·w."""
+        return self.params.d * self.params.w
+
+    @property
+    def width(self) -> int:
+        """w."""
+        return self.params.w
+
+    def report(self) -> dict[str, Any]:
+        """Shape and achieved per-bucket sign imbalance |Σ π σ| (balanced vs plain keyed signs)."""
+        return dict(self._report)
+
+    def project(self, weights: torch.Tensor) -> torch.Tensor:
+        """Φᵀ weights: (B, V) → (B, D) float32, i.e. Σ_v weights_v φ(v)."""
+        weights = weights.to(self.device, torch.float32)
+        B = weights.shape[0]
+        d = self.params.d
+        vals = weights[:, None, :] * self.signs[None, :, :]  # (B, d, V)
+        out = torch.zeros(B, self.dim, dtype=torch.float32, device=self.device)
+        return out.scatter_add_(1, self.flat_index.reshape(1, -1).expand(B, -1), vals.reshape(B, d * self.vocab_size))
+
+    def token_scores(self, r: torch.Tensor) -> torch.Tensor:
+        """Φ r: (B, D) → (B, V) float32, ⟨r, φ(v)⟩ = Σ_r σ_r(v) r[r, h_r(v)]."""
+        r = r.to(self.device, torch.float32)
+        return (r[:, self.flat_index] * self.signs[None]).sum(1)  # (B, d, V) → (B, V)
+
+
+@hookimpl
+def sketchwm_register_sketches() -> list[type]:
+    """Register the Count-Sketch."""
+    return [CountSketch]

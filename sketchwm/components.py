@@ -1,0 +1,414 @@
+"""Base classes of every pluggable component.
+
+A plugin subclasses one of these, declares ``name`` (the registry key) and a nested ``Params``
+(:class:`sketchwm.config.StrictModel`), and returns the class from the matching hook in
+:mod:`sketchwm.hookspecs`. The core holds the mechanism; the algorithms live in plugins.
+
+Kinds:
+    * :class:`Sketch`          — a linear text sketch h(y) = Φᵀ counts(y) / √N (paper Def. 2.3).
+    * :class:`ScoreFunction`   — a detector score of (u, h) with p-values (paper eq. 2, 17-19).
+    * :class:`DLMBackend`      — a masked diffusion LM that returns logits for masked positions.
+    * :class:`WatermarkScheme` — generation hooks for the engine + a detector.
+    * :class:`Attack`          — a text transformation with a strength in [0, 1].
+"""
+
+from __future__ import annotations
+
+import hashlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Sequence
+
+import torch
+
+from .config import StrictModel, validate_params
+from .errors import InputError
+
+__all__ = [
+    "Component",
+    "Sketch",
+    "ScoreFunction",
+    "ScoreOutput",
+    "DLMBackend",
+    "DenoiseStep",
+    "WatermarkScheme",
+    "SchemeScores",
+    "Attack",
+    "AttackOutput",
+    "tokenizer_fingerprint",
+]
+
+
+class Component(ABC):
+    """Common base: a registry ``name``, a ``Params`` model and a one-line ``summary``."""
+
+    name: ClassVar[str] = ""
+    kind: ClassVar[str] = ""
+
+    class Params(StrictModel):
+        """No parameters."""
+
+    @classmethod
+    def parse_params(cls, params: "dict[str, Any] | StrictModel | None") -> StrictModel:
+        """Validate ``params`` against ``cls.Params`` (raises :class:`ConfigError`)."""
+        return validate_params(cls.Params, params, f"{cls.kind} '{cls.name}'")
+
+    @classmethod
+    def summary(cls) -> str:
+        """First line of the class docstring."""
+        return (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+
+
+# ============================================================================ sketches
+class Sketch(Component):
+    """A keyed linear sketch of a token sequence (paper Def. 2.3 and §4.1).
+
+    The sketch is defined by a token feature map φ: V → R^D, seen as a matrix Φ (V, D). For a text
+    y of N tokens, ``h(y) = Φᵀ c(y) / √N`` where c(y) ∈ N^V counts the tokens. Subclasses implement
+    the two linear maps :meth:`project` (Φᵀ) and :meth:`token_scores` (Φ); everything else (sketch
+    of ids, expected sketch of eq. 5) is built on them.
+
+    Args:
+        params: validated ``Params``.
+        key_seed_source: the sketch key k_sk (a :class:`sketchwm.keys.WatermarkKey`).
+        vocab_size: V, number of token ids (the model's logit dimension).
+        token_prior: π_tok as non-negative float64 counts or probabilities, shape (V,), or None.
+        device: where tables live.
+    """
+
+    kind = "sketch"
+
+    def __init__(self, params, key, vocab_size: int, token_prior: torch.Tensor | None = None, device="cpu"):
+        self.params = self.parse_params(params)
+        self.vocab_size = int(vocab_size)
+        self.device = torch.device(device)
+
+    @property
+    @abstractmethod
+    def dim(self) -> int:
+        """D, the sketch dimension."""
+
+    @property
+    def width(self) -> int:
+        """w, the bucket count used to scale λ = γ√w (paper §4.1). Defaults to D."""
+        return self.dim
+
+    @abstractmethod
+    def project(self, weights: torch.Tensor) -> torch.Tensor:
+        """Φᵀ weights: (B, V) float → (B, D) float32 (unnormalised, Σ_v weights_v φ(v))."""
+
+    @abstractmethod
+    def token_scores(self, r: torch.Tensor) -> torch.Tensor:
+        """Φ r: (B, D) float → (B, V) float32, the per-token inner products ⟨r, φ(v)⟩ (eq. 6 without 1/√N)."""
+
+    def report(self) -> dict[str, Any]:
+        """Diagnostics of the built tables (e.g. sign imbalance); JSON-serialisable."""
+        return {}
+
+    # ---------------------------------------------------------------- derived operations
+    def counts(self, ids: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+        """Token counts c(y): ids (B, N) int64 (+ valid (B, N) bool) → (B, V) float32.
+
+        Raises:
+            InputError: ids outside [0, V).
+        """
+        ids = ids.to(self.device)
+        if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size):
+            bad = int(ids.max()) if int(ids.max()) >= self.vocab_size else int(ids.min())
+            raise InputError(f"token id {bad} is outside the vocabulary [0, {self.vocab_size})")
+        w = torch.ones(ids.shape, dtype=torch.float32, device=self.device)
+        if valid is not None:
+            w = w * valid.to(self.device, torch.float32)
+        out = torch.zeros(ids.shape[0], self.vocab_size, dtype=torch.float32, device=self.device)
+        return out.scatter_add_(1, ids, w)
+
+    def sketch(self, ids: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+        """h_k(y) = Φᵀ c(y) / √N (paper §4.1): ids (B, N) int64 → (B, D) float32.
+
+        N is the number of valid tokens of each row. Rows with N = 0 give a zero sketch.
+        Exactly invariant to permutations of the tokens of a row.
+        """
+        c = self.counts(ids, valid)  # (B, V)
+        n = c.sum(1, keepdim=True).clamp_min(1.0)  # (B, 1)
+        return self.project(c) / n.sqrt()
+
+    def expected_sketch(
+        self, frozen_counts: torch.Tensor, marginal_mass: torch.Tensor, n_tokens: torch.Tensor | float
+    ) -> torch.Tensor:
+        """Expected sketch ĥ_{k,t} of eq. (5).
+
+        Args:
+            frozen_counts: (B, V) float, counts of the unmasked tokens (F_t).
+            marginal_mass: (B, V) float, Σ_{i∈M_t} p_i^{(t)}(v).
+            n_tokens: N, the final text length, scalar or (B,) tensor.
+
+        Returns:
+            (B, D) float32.
+        """
+        n = torch.as_tensor(n_tokens, dtype=torch.float32, device=self.device).reshape(-1, 1)
+        return self.project(frozen_counts + marginal_mass) / n.sqrt()
+
+
+# ============================================================================ scores
+@dataclass
+class ScoreOutput:
+    """Scores of texts against one direction.
+
+    Attributes:
+        score: (B,) float64, the score function's statistic (e.g. S_k of eq. 2).
+        z: (B,) float64, ⟨u, h⟩ / ‖h‖, a standard normal under the key-randomised null (CLT).
+        p_value: (B,) float64, key-randomised p-value (method named by ``p_value_method``).
+        p_value_method: how ``p_value`` was computed.
+    """
+
+    score: torch.Tensor
+    z: torch.Tensor
+    p_value: torch.Tensor
+    p_value_method: str
+
+
+class ScoreFunction(Component):
+    """A detector score S(u, h) with its residual gradient and p-values (paper §4, §5.2).
+
+    Args:
+        params: validated ``Params``.
+        dim: D.
+        width: w, for the scale λ = γ√w.
+    """
+
+    kind = "score"
+    #: True if larger scores mean "watermarked".
+    higher_is_watermarked: ClassVar[bool] = True
+
+    def __init__(self, params, dim: int, width: int):
+        self.params = self.parse_params(params)
+        self.dim = int(dim)
+        self.width = int(width)
+
+    @abstractmethod
+    def score(self, u: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """Statistic for direction u (D,) and sketches h (B, D) → (B,) float64."""
+
+    @abstractmethod
+    def residual(self, u: torch.Tensor, h_hat: torch.Tensor) -> torch.Tensor:
+        """Ascent direction ½∇_h S at h_hat: u (D,), h_hat (B, D) → (B, D) float32 (r_{k,t} of eq. 6)."""
+
+    @abstractmethod
+    def analytic_threshold(self, alpha: float, n_tokens: int | None = None) -> float:
+        """A threshold whose key-randomised false-positive probability is <= alpha (eq. 19 or analogue)."""
+
+    @abstractmethod
+    def p_values(self, u: torch.Tensor, h: torch.Tensor, method: str = "exact") -> ScoreOutput:
+        """Score, z and key-randomised p-value for u (D,) and h (B, D)."""
+
+
+# ============================================================================ backends
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """16-hex SHA-256 of a tokenizer's vocabulary (token → id), used to refuse a wrong tokenizer."""
+    vocab = tokenizer.get_vocab()
+    blob = "\n".join(f"{t}\t{i}" for t, i in sorted(vocab.items(), key=lambda kv: kv[1]))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+class DLMBackend(Component):
+    """A masked diffusion language model as the engine sees it.
+
+    Subclasses set the attributes below in ``__init__`` and implement :meth:`logits`.
+
+    Attributes:
+        model_id: a stable identifier of the checkpoint (recorded in calibration files).
+        tokenizer: a Hugging Face tokenizer (``encode``/``decode``/``get_vocab``).
+        mask_token_id: id of [MASK].
+        vocab_size: V, the logit dimension.
+        eos_token_id: id ending a text, or None.
+        banned_token_ids: ids never sampled (special tokens), list[int].
+        max_length: longest supported input (prompt + generation), tokens.
+        device: torch.device of the model.
+        sampler_defaults: dict of :class:`sketchwm.engine.SamplerConfig` fields this model works best with.
+    """
+
+    kind = "backend"
+    model_id: str
+    tokenizer: Any
+    mask_token_id: int
+    vocab_size: int
+    eos_token_id: int | None = None
+    banned_token_ids: list[int]
+    max_length: int = 4096
+    device: torch.device
+    sampler_defaults: dict[str, Any] = {}
+
+    @abstractmethod
+    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        """Denoiser logits aligned with the input: (B, L) int64 → (B, L, V) float32.
+
+        Position i of the output is the model's marginal (as logits) for token i. Backends whose
+        model predicts the next position (Dream) shift internally.
+        """
+
+    # ---------------------------------------------------------------- text helpers
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Tokenise texts without special tokens → list of id lists."""
+        return [list(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Detokenise ids, skipping special tokens."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=True)
+
+    @property
+    def tokenizer_fingerprint(self) -> str:
+        """See :func:`tokenizer_fingerprint`."""
+        return tokenizer_fingerprint(self.tokenizer)
+
+
+# ============================================================================ schemes
+@dataclass
+class DenoiseStep:
+    """What a watermark scheme sees at one denoising step (generation region only).
+
+    Attributes:
+        step: 0-based index of this step; ``total_steps`` steps in all (the paper's t = T - step).
+        total_steps: T.
+        tokens: (B, G) int64, current generation-region tokens (``mask_token_id`` where masked).
+        masked: (B, G) bool, M_t restricted to the generation region.
+        logits: (B, G, V) float32, the model's marginals as logits (banned ids at -inf).
+        prompt_ids: (B, P) int64, left-padded prompts.
+        prompt_mask: (B, P) bool, True on real prompt tokens.
+        block: (start, end) of the block being decoded, in generation-region coordinates.
+        mask_token_id: id of [MASK].
+        generator: the sampler's torch.Generator (schemes should prefer keyed randomness).
+    """
+
+    step: int
+    total_steps: int
+    tokens: torch.Tensor
+    masked: torch.Tensor
+    logits: torch.Tensor
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    block: tuple[int, int]
+    mask_token_id: int
+    generator: torch.Generator | None = None
+
+
+@dataclass
+class SchemeScores:
+    """Per-text detection statistics returned by :meth:`WatermarkScheme.score_ids`.
+
+    Attributes:
+        score: (B,) float64, the scheme's statistic (thresholds are on this).
+        z: (B,) float64, a z-score (standardised statistic) for display and ranking.
+        p_value: (B,) float64, p-value under the scheme's null.
+        n_scored: (B,) int64, tokens that entered the statistic.
+        p_value_method: e.g. "exact key-randomised (FFT)", "binomial", "gamma".
+    """
+
+    score: torch.Tensor
+    z: torch.Tensor
+    p_value: torch.Tensor
+    n_scored: torch.Tensor
+    p_value_method: str
+
+
+class WatermarkScheme(Component):
+    """A watermark: hooks the engine calls during denoising, and a detector.
+
+    With no scheme the engine samples the base model. A scheme may
+      * tilt the marginals (:meth:`process_logits`),
+      * supply the sampling randomness (:meth:`sampling_uniforms`; distortion-free schemes),
+      * change the remasking confidence (:meth:`remasking_confidence`).
+
+    Args:
+        params: validated ``Params``.
+        key: the :class:`sketchwm.keys.WatermarkKey`.
+        vocab_size: V.
+        device: where tables live.
+    """
+
+    kind = "scheme"
+    #: Minimum number of tokens for a meaningful detection; shorter texts raise InputError.
+    min_tokens: int = 16
+
+    def __init__(self, params, key, vocab_size: int, device="cpu"):
+        self.params = self.parse_params(params)
+        self.vocab_size = int(vocab_size)
+        self.device = torch.device(device)
+
+    # -------------------------------------------------------------- generation hooks
+    def begin(self, batch_size: int, gen_length: int, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> None:
+        """Called once before a batch is denoised (reset per-generation state). Default: nothing."""
+
+    def process_logits(self, step: DenoiseStep) -> torch.Tensor:
+        """Tilted marginals as logits, (B, G, V) float32. Only masked positions matter. Default: unchanged."""
+        return step.logits
+
+    def sampling_uniforms(self, step: DenoiseStep) -> torch.Tensor | None:
+        """Keyed uniforms in (0, 1) of shape (B, G, V) replacing the Gumbel noise, or None (default)."""
+        return None
+
+    def remasking_confidence(self, step: DenoiseStep, confidence: torch.Tensor) -> torch.Tensor:
+        """Adjust the (B, G) confidence used to pick which positions to unmask. Default: unchanged."""
+        return confidence
+
+    # -------------------------------------------------------------- detection
+    @abstractmethod
+    def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
+        """Detection statistics for ids (B, N) int64 with valid (B, N) bool (padding False)."""
+
+    def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
+        """Threshold on ``score`` with false-positive probability <= alpha without calibration.
+
+        Default: the score that corresponds to p-value alpha is unknown, so schemes override; the
+        detector falls back to ``p_value <= alpha`` when this raises NotImplementedError.
+        """
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-serialisable ``{"name", "params"}`` (no secrets)."""
+        return {"name": self.name, "params": self.params.model_dump(mode="json")}
+
+
+# ============================================================================ attacks
+@dataclass
+class AttackOutput:
+    """Result of an attack on a batch of texts.
+
+    Attributes:
+        texts: edited texts, same order and length as the input.
+        edit_fraction: per text, fraction of words (or tokens) the attack changed, in [0, 1+].
+        levenshtein: per text, token-level Levenshtein distance to the input (int).
+        similarity: per text, cosine similarity of sentence embeddings to the input, or NaN if not computed.
+        meta: free-form extra metadata (JSON-serialisable).
+    """
+
+    texts: list[str]
+    edit_fraction: list[float]
+    levenshtein: list[int]
+    similarity: list[float]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Attack(Component):
+    """An edit applied to texts to remove (or forge) a watermark.
+
+    ``strength`` in [0, 1] has an attack-specific, documented meaning (usually the fraction of
+    words edited). Randomness only through the given ``torch.Generator``.
+    """
+
+    kind = "attack"
+
+    def __init__(self, params=None, **resources: Any):
+        self.params = self.parse_params(params)
+        self.resources = resources
+
+    @abstractmethod
+    def apply(
+        self,
+        texts: Sequence[str],
+        strength: float,
+        generator: torch.Generator,
+        *,
+        token_ids: Sequence[Sequence[int]] | None = None,
+        prompts: Sequence[str] | None = None,
+    ) -> AttackOutput:
+        """Edit ``texts`` (see class doc)."""

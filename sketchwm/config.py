@@ -1,0 +1,72 @@
+"""Validated configuration models (pydantic v2).
+
+Every component (sketch, score function, backend, scheme, attack) declares a nested ``Params``
+model deriving from :class:`StrictModel`; the core only ever sees a :class:`ComponentSpec`
+``{"name": ..., "params": {...}}``. Unknown fields and out-of-range values raise
+:class:`sketchwm.errors.ConfigError` naming the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import ConfigError
+
+__all__ = ["StrictModel", "ComponentSpec", "validate_params", "config_hash"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class StrictModel(BaseModel):
+    """Base for all configs: unknown fields are errors, instances are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ComponentSpec(StrictModel):
+    """A reference to a registered component and its parameters: ``{"name": ..., "params": {...}}``."""
+
+    name: str = Field(min_length=1)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+def validate_params(model: type[M], params: "dict[str, Any] | M | None", where: str) -> M:
+    """Validate ``params`` against ``model``.
+
+    Args:
+        model: the component's ``Params`` class.
+        params: a mapping, an instance of ``model``, or None for the defaults.
+        where: a label for error messages, e.g. ``"scheme 'global-sketch'"``.
+
+    Raises:
+        ConfigError: listing each bad field, e.g. ``unknown field 'foo'``.
+    """
+    if params is None:
+        params = {}
+    if isinstance(params, model):
+        return params
+    if isinstance(params, BaseModel):
+        params = params.model_dump()
+    try:
+        return model.model_validate(params)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "<root>"
+            if err["type"] == "extra_forbidden":
+                problems.append(f"unknown field '{loc}'")
+            else:
+                problems.append(f"{loc}: {err['msg']}")
+        raise ConfigError(f"invalid config for {where}: " + "; ".join(problems)) from None
+
+
+def config_hash(obj: Any) -> str:
+    """12-hex SHA-256 of a JSON-serialisable config (sorted keys), for result tables."""
+    if isinstance(obj, BaseModel):
+        obj = obj.model_dump(mode="json")
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]

@@ -1,0 +1,302 @@
+"""The masked-diffusion sampler: one engine for every backend and every watermark scheme.
+
+LLaDA-style semi-autoregressive decoding (Nie et al. 2025, "Large Language Diffusion Models",
+Alg. "low-confidence remasking"): the generation region of ``gen_length`` masked tokens is split
+into blocks of ``block_length``; each block is decoded in ``steps / n_blocks`` steps, unmasking a
+fixed number of positions per step. At each step:
+
+1. the backend returns logits for every position; banned ids are set to -inf;
+2. the watermark scheme (if any) tilts the marginals of the masked positions
+   (:meth:`WatermarkScheme.process_logits`, paper Alg. 1 line 5-9);
+3. a candidate token x0 is drawn at every masked position by Gumbel-max on ``logits / T``, with
+   Gumbel noise from the explicit ``torch.Generator`` or from the scheme's keyed uniforms
+   (distortion-free schemes); T = 0 is greedy;
+4. the remasking rule ranks masked positions of the current block by confidence
+   (``low_confidence``: probability of x0; ``random``; ``entropy``: negative entropy), the scheme may
+   adjust it, and the top-k positions are committed.
+
+With no scheme the sampler is the unwatermarked base model. Everything is vectorised over
+batch × positions × vocabulary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Sequence
+
+import torch
+from pydantic import Field, model_validator
+
+from .components import DenoiseStep, DLMBackend, WatermarkScheme
+from .config import StrictModel, validate_params
+from .errors import ConfigError, InputError
+
+__all__ = ["SamplerConfig", "MaskedDiffusionSampler", "GenerationOutput", "transfer_schedule"]
+
+
+class SamplerConfig(StrictModel):
+    """Sampler settings.
+
+    Attributes:
+        gen_length: tokens to generate (G).
+        block_length: semi-autoregressive block size; ``gen_length`` must be a multiple of it.
+        steps: total denoising steps; must be a multiple of the number of blocks and <= gen_length.
+        temperature: Gumbel-max temperature T (0 = greedy argmax).
+        top_p: nucleus filter applied after the scheme's tilt (1.0 = off).
+        remasking: which masked positions to commit first.
+        stop_at_eos: cut each text at the first EOS token.
+    """
+
+    gen_length: int = Field(128, ge=1)
+    block_length: int = Field(128, ge=1)
+    steps: int = Field(64, ge=1)
+    temperature: float = Field(1.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    remasking: Literal["low_confidence", "random", "entropy"] = "random"
+    stop_at_eos: bool = True
+
+    @model_validator(mode="after")
+    def _check(self) -> "SamplerConfig":
+        if self.gen_length % self.block_length:
+            raise ValueError(f"gen_length ({self.gen_length}) must be a multiple of block_length ({self.block_length})")
+        n_blocks = self.gen_length // self.block_length
+        if self.steps % n_blocks:
+            raise ValueError(f"steps ({self.steps}) must be a multiple of the number of blocks ({n_blocks})")
+        if self.steps > self.gen_length:
+            raise ValueError(f"steps ({self.steps}) must be <= gen_length ({self.gen_length})")
+        return self
+
+
+@dataclass
+class GenerationOutput:
+    """Generated samples.
+
+    Attributes:
+        ids: (B, G) int64, generation-region tokens (EOS and after kept; see ``lengths``).
+        lengths: (B,) int64, tokens before the first EOS (= G when none or ``stop_at_eos`` is off).
+        texts: B detokenised strings of ``ids[b, :lengths[b]]``.
+        prompts: the B prompts as given.
+    """
+
+    ids: torch.Tensor
+    lengths: torch.Tensor
+    texts: list[str]
+    prompts: list[str]
+
+    def token_lists(self) -> list[list[int]]:
+        """Per sample, the ids up to ``lengths``."""
+        return [self.ids[b, : int(self.lengths[b])].tolist() for b in range(self.ids.shape[0])]
+
+
+def transfer_schedule(masked_in_block: torch.Tensor, steps: int) -> torch.Tensor:
+    """Tokens to unmask at each step of a block (LLaDA's even split, remainder first).
+
+    Args:
+        masked_in_block: (B,) int64, masked positions in the block.
+        steps: steps for this block.
+
+    Returns:
+        (B, steps) int64 whose rows sum to ``masked_in_block``.
+    """
+    base = masked_in_block // steps
+    rem = masked_in_block % steps
+    out = base[:, None].expand(-1, steps).clone()
+    out += (torch.arange(steps, device=masked_in_block.device)[None, :] < rem[:, None]).long()
+    return out
+
+
+def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus filter: logits (..., V) → same, with -inf outside the top-p mass."""
+    sorted_logits, idx = torch.sort(logits, dim=-1, descending=True)
+    cum = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
+    remove = cum - torch.softmax(sorted_logits, dim=-1) > top_p  # keep the token that crosses p
+    sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
+    return torch.empty_like(logits).scatter_(-1, idx, sorted_logits)
+
+
+class MaskedDiffusionSampler:
+    """Masked-diffusion generation with an optional watermark scheme (see module doc).
+
+    Args:
+        backend: a :class:`DLMBackend`.
+        config: :class:`SamplerConfig` or a dict of its fields (validated; unknown fields are errors).
+            Fields not given fall back to ``backend.sampler_defaults``, then to the defaults above.
+        scheme: a :class:`WatermarkScheme`, or None for the unwatermarked base model.
+
+    Raises:
+        ConfigError: invalid sampler settings, or prompt + gen_length beyond ``backend.max_length``.
+    """
+
+    def __init__(self, backend: DLMBackend, config: "SamplerConfig | dict | None" = None, scheme: WatermarkScheme | None = None):
+        self.backend = backend
+        if isinstance(config, SamplerConfig):
+            cfg = config
+        else:
+            merged = dict(getattr(backend, "sampler_defaults", {}) or {})
+            merged.update(config or {})
+            cfg = validate_params(SamplerConfig, merged, "sampler")
+        self.config = cfg
+        self.scheme = scheme
+        if scheme is not None and scheme.vocab_size != backend.vocab_size:
+            raise ConfigError(
+                f"scheme '{scheme.name}' was built for a vocabulary of {scheme.vocab_size} ids but backend "
+                f"'{backend.name}' has {backend.vocab_size}"
+            )
+
+    # ------------------------------------------------------------------ prompts
+    def _prepare_prompts(self, prompts: Sequence[str] | Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+        """Left-pad prompts → ids (B, P) int64, mask (B, P) bool, texts."""
+        if len(prompts) == 0:
+            raise InputError("no prompts given")
+        if isinstance(prompts[0], str):
+            texts = [str(p) for p in prompts]
+            lists = self.backend.encode(texts)
+        else:
+            lists = [list(map(int, p)) for p in prompts]
+            texts = [self.backend.decode(p) for p in lists]
+        for ids in lists:
+            if any(i < 0 or i >= self.backend.vocab_size for i in ids):
+                raise InputError(f"prompt token id outside the vocabulary [0, {self.backend.vocab_size})")
+        P = max(1, max(len(ids) for ids in lists))
+        if P + self.config.gen_length > self.backend.max_length:
+            raise ConfigError(
+                f"prompt ({P} tokens) + gen_length ({self.config.gen_length}) exceeds the model's maximum "
+                f"sequence length of {self.backend.max_length} tokens"
+            )
+        pad = getattr(self.backend.tokenizer, "pad_token_id", None)
+        pad = self.backend.mask_token_id if pad is None else pad
+        B = len(lists)
+        out = torch.full((B, P), pad, dtype=torch.long)
+        mask = torch.zeros((B, P), dtype=torch.bool)
+        for b, ids in enumerate(lists):  # per prompt, not per token: building the batch
+            if ids:
+                out[b, P - len(ids):] = torch.tensor(ids, dtype=torch.long)
+                mask[b, P - len(ids):] = True
+        return out, mask, texts
+
+    # ------------------------------------------------------------------ main loop
+    @torch.no_grad()
+    def generate(
+        self,
+        prompts: Sequence[str] | Sequence[Sequence[int]],
+        generator: torch.Generator | None = None,
+        progress: bool = False,
+    ) -> GenerationOutput:
+        """Generate one sample per prompt.
+
+        Args:
+            prompts: B prompt strings, or B lists of token ids (may be empty strings/lists).
+            generator: explicit randomness (seeded ``torch.Generator`` on the backend's device);
+                None makes a fresh generator seeded with 0, so calls are reproducible.
+            progress: show a tqdm bar over steps.
+
+        Returns:
+            :class:`GenerationOutput`.
+
+        Raises:
+            InputError: empty prompt list, out-of-vocabulary prompt ids, NaN/inf logits from the backend.
+            ConfigError: sequence too long for the model.
+        """
+        cfg, be = self.config, self.backend
+        device = be.device
+        if generator is None:
+            generator = torch.Generator(device=device).manual_seed(0)
+        prompt_ids, prompt_mask, prompt_texts = self._prepare_prompts(prompts)
+        prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
+        B, P = prompt_ids.shape
+        G, V = cfg.gen_length, be.vocab_size
+        gen = torch.full((B, G), be.mask_token_id, dtype=torch.long, device=device)
+        attn = torch.cat([prompt_mask, torch.ones((B, G), dtype=torch.bool, device=device)], dim=1)
+        banned = torch.tensor(sorted(set(be.banned_token_ids) | {be.mask_token_id}), dtype=torch.long, device=device)
+        banned = banned[banned < V]
+        n_blocks = G // cfg.block_length
+        steps_per_block = cfg.steps // n_blocks
+        if self.scheme is not None:
+            self.scheme.begin(B, G, prompt_ids, prompt_mask)
+        arange_g = torch.arange(G, device=device)
+        step_idx = 0
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=cfg.steps, desc="denoising", leave=False)
+        for blk in range(n_blocks):
+            b0, b1 = blk * cfg.block_length, (blk + 1) * cfg.block_length
+            in_block = (arange_g >= b0) & (arange_g < b1)  # (G,)
+            schedule = transfer_schedule((gen[:, b0:b1] == be.mask_token_id).sum(1), steps_per_block)  # (B, S)
+            for s in range(steps_per_block):
+                masked = gen == be.mask_token_id  # (B, G)
+                x = torch.cat([prompt_ids, gen], dim=1)  # (B, P+G)
+                logits = be.logits(x, attn)[:, P:, :].float()  # (B, G, V)
+                if logits.shape != (B, G, V):
+                    raise InputError(f"backend '{be.name}' returned logits of shape {tuple(logits.shape)}, expected {(B, G, V)}")
+                if banned.numel():
+                    logits[..., banned] = float("-inf")
+                if not torch.isfinite(logits.amax(-1)).all() or torch.isnan(logits).any():
+                    raise InputError(f"backend '{be.name}' returned NaN or inf logits at step {step_idx}")
+                state = DenoiseStep(
+                    step=step_idx, total_steps=cfg.steps, tokens=gen, masked=masked, logits=logits,
+                    prompt_ids=prompt_ids, prompt_mask=prompt_mask, block=(b0, b1),
+                    mask_token_id=be.mask_token_id, generator=generator,
+                )
+                uniforms = None
+                if self.scheme is not None:
+                    logits = self.scheme.process_logits(state)  # (B, G, V)
+                    if torch.isnan(logits).any():
+                        raise InputError(f"scheme '{self.scheme.name}' produced NaN logits at step {step_idx}")
+                    uniforms = self.scheme.sampling_uniforms(state)  # (B, G, V) or None
+                    state.logits = logits
+                x0, conf = self._sample(logits, uniforms, generator)  # (B, G), (B, G)
+                if self.scheme is not None:
+                    conf = self.scheme.remasking_confidence(state, conf)
+                conf = torch.where(masked & in_block[None, :], conf, torch.full_like(conf, float("-inf")))
+                k = schedule[:, s]  # (B,)
+                order = torch.argsort(conf, dim=1, descending=True)  # (B, G)
+                rank = torch.empty_like(order).scatter_(1, order, arange_g.expand(B, -1))  # rank of each position
+                commit = (rank < k[:, None]) & masked & in_block[None, :]
+                gen = torch.where(commit, x0, gen)
+                step_idx += 1
+                if bar is not None:
+                    bar.update(1)
+        if bar is not None:
+            bar.close()
+        lengths = torch.full((B,), G, dtype=torch.long, device=device)
+        if cfg.stop_at_eos and be.eos_token_id is not None:
+            is_eos = gen == be.eos_token_id
+            first = torch.where(is_eos.any(1), is_eos.float().argmax(1), torch.full_like(lengths, G))
+            lengths = first
+        texts = [be.decode(gen[b, : int(lengths[b])].tolist()) for b in range(B)]
+        return GenerationOutput(ids=gen.cpu(), lengths=lengths.cpu(), texts=texts, prompts=prompt_texts)
+
+    def _sample(
+        self, logits: torch.Tensor, uniforms: torch.Tensor | None, generator: torch.Generator
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Gumbel-max candidates and their confidence.
+
+        Args:
+            logits: (B, G, V) float32 (possibly tilted).
+            uniforms: (B, G, V) keyed uniforms in (0, 1), or None for generator noise.
+
+        Returns:
+            x0 (B, G) int64 and confidence (B, G) float32 (per ``remasking``).
+        """
+        cfg = self.config
+        if cfg.top_p < 1.0:
+            logits = _top_p_filter(logits, cfg.top_p)
+        if cfg.temperature == 0.0:
+            x0 = logits.argmax(-1)
+        else:
+            if uniforms is None:
+                uniforms = torch.rand(logits.shape, generator=generator, device=logits.device).clamp_(1e-12, 1 - 1e-7)
+            gumbel = -torch.log(-torch.log(uniforms))  # (B, G, V)
+            x0 = (logits / cfg.temperature + gumbel).argmax(-1)  # (B, G)
+        if cfg.remasking == "random":
+            conf = torch.rand(x0.shape, generator=generator, device=logits.device)
+        else:
+            logp = torch.log_softmax(logits, dim=-1)  # (B, G, V)
+            if cfg.remasking == "low_confidence":
+                conf = logp.gather(-1, x0[..., None]).squeeze(-1).exp()
+            else:  # entropy: commit low-entropy positions first
+                p = logp.exp()
+                conf = (p * logp.nan_to_num(neginf=0.0)).sum(-1)  # = -entropy
+        return x0, conf.float()

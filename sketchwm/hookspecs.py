@@ -1,0 +1,53 @@
+"""Hook specifications of sketchwm (pluggy project name ``"sketchwm"``).
+
+Every hook is a *registration* hook: each implementation returns a list of component classes,
+and the registry concatenates the lists of all plugins (pluggy's default: a list of results).
+Built-in components are registered exactly like third-party ones, through the entry-point group
+``sketchwm`` in ``pyproject.toml``::
+
+    [project.entry-points.sketchwm]
+    my-sketches = "my_package.my_module"
+
+where ``my_module`` defines functions decorated with :data:`sketchwm.hookimpl`. Implementations
+may take fewer arguments than their spec; arguments are only ever added, never removed.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+PROJECT = "sketchwm"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# ---------------------------------------------------------------- watermark building blocks
+@hookspec
+def sketchwm_register_sketches() -> list[type]:
+    """Return :class:`sketchwm.components.Sketch` subclasses (e.g. Count-Sketch, paper Def. 2.3).
+
+    Results of all plugins are concatenated; a name registered twice is an error.
+    """
+
+
+@hookspec
+def sketchwm_register_scores() -> list[type]:
+    """Return :class:`sketchwm.components.ScoreFunction` subclasses (e.g. the penalised score, eq. 2)."""
+
+
+# ---------------------------------------------------------------- models
+@hookspec
+def sketchwm_register_backends() -> list[type]:
+    """Return :class:`sketchwm.components.DLMBackend` subclasses (masked diffusion LMs)."""
+
+
+# ---------------------------------------------------------------- watermarks
+@hookspec
+def sketchwm_register_schemes() -> list[type]:
+    """Return :class:`sketchwm.components.WatermarkScheme` subclasses (the sketch watermark, baselines)."""
+
+
+# ---------------------------------------------------------------- adversarial benchmark
+@hookspec
+def sketchwm_register_attacks() -> list[type]:
+    """Return :class:`sketchwm.components.Attack` subclasses (substitution, paraphrase, stealing, ...)."""

@@ -1,0 +1,138 @@
+"""The plugin manager factory and the component registry.
+
+``get_plugin_manager()`` builds a fresh :class:`pluggy.PluginManager` loaded from the ``sketchwm``
+entry-point group (or from explicitly given entry points, for tests). :class:`Registry` collects
+the classes every plugin registers, checks them (base class, duplicate names) and looks names up
+with "did you mean" suggestions.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.metadata
+from functools import lru_cache
+from typing import Any, Iterable
+
+import pluggy
+
+from . import hookspecs
+from .components import Attack, Component, DLMBackend, ScoreFunction, Sketch, WatermarkScheme
+from .errors import RegistryError
+
+__all__ = ["get_plugin_manager", "Registry", "get_registry", "KINDS"]
+
+ENTRY_POINT_GROUP = "sketchwm"
+
+#: kind → (hook name, required base class)
+KINDS: dict[str, tuple[str, type[Component]]] = {
+    "sketch": ("sketchwm_register_sketches", Sketch),
+    "score": ("sketchwm_register_scores", ScoreFunction),
+    "backend": ("sketchwm_register_backends", DLMBackend),
+    "scheme": ("sketchwm_register_schemes", WatermarkScheme),
+    "attack": ("sketchwm_register_attacks", Attack),
+}
+
+
+def get_plugin_manager(entry_points: Iterable[Any] | None = None, extra_plugins: Iterable[Any] = ()) -> pluggy.PluginManager:
+    """A new plugin manager with the sketchwm hookspecs and plugins.
+
+    Args:
+        entry_points: objects with ``.name`` and ``.load()`` (``importlib.metadata.EntryPoint`` or
+            fakes). None means the installed ``sketchwm`` entry-point group.
+        extra_plugins: modules or objects to register directly (after the entry points).
+
+    Raises:
+        RegistryError: an entry point fails to import.
+    """
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    if entry_points is None:
+        entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    for ep in entry_points:
+        try:
+            plugin = ep.load()
+        except Exception as exc:  # noqa: BLE001 - report which plugin broke
+            raise RegistryError(f"failed to load sketchwm plugin entry point '{ep.name}': {exc}") from exc
+        if pm.is_registered(plugin):
+            continue
+        pm.register(plugin, name=ep.name)
+    for plugin in extra_plugins:
+        if not pm.is_registered(plugin):
+            pm.register(plugin)
+    return pm
+
+
+class Registry:
+    """Components of every kind, collected from a plugin manager.
+
+    Raises:
+        RegistryError: at construction, if a plugin registers a class that is not a subclass of its
+            kind's base, has no ``name``, or reuses a name.
+    """
+
+    def __init__(self, pm: pluggy.PluginManager):
+        self.pm = pm
+        self._by_kind: dict[str, dict[str, type[Component]]] = {}
+        for kind, (hook, base) in KINDS.items():
+            table: dict[str, type[Component]] = {}
+            results = getattr(pm.hook, hook)()
+            for group in results:
+                for cls in group or []:
+                    if not (isinstance(cls, type) and issubclass(cls, base)):
+                        raise RegistryError(
+                            f"{hook} returned {cls!r}, which is not a subclass of {base.__module__}.{base.__name__}"
+                        )
+                    if not cls.name:
+                        raise RegistryError(f"{kind} class {cls.__qualname__} has no 'name'")
+                    if cls.name in table and table[cls.name] is not cls:
+                        raise RegistryError(
+                            f"{kind} name '{cls.name}' registered twice: {table[cls.name].__module__}."
+                            f"{table[cls.name].__qualname__} and {cls.__module__}.{cls.__qualname__}"
+                        )
+                    table[cls.name] = cls
+            self._by_kind[kind] = table
+
+    def names(self, kind: str) -> list[str]:
+        """Sorted registered names of ``kind`` ("sketch", "score", "backend", "scheme", "attack")."""
+        return sorted(self._table(kind))
+
+    def get(self, kind: str, name: str) -> type[Component]:
+        """The class registered as ``name``.
+
+        Raises:
+            RegistryError: unknown kind or name; the message suggests close matches.
+        """
+        table = self._table(kind)
+        if name not in table:
+            close = difflib.get_close_matches(name, list(table), n=3, cutoff=0.5)
+            hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+            raise RegistryError(f"unknown {kind} '{name}'{hint} (registered: {', '.join(sorted(table)) or 'none'})")
+        return table[name]
+
+    def create(self, kind: str, name: str, *args: Any, **kwargs: Any) -> Component:
+        """Instantiate ``get(kind, name)(*args, **kwargs)``."""
+        return self.get(kind, name)(*args, **kwargs)
+
+    def describe(self) -> dict[str, list[dict[str, str]]]:
+        """``{kind: [{"name", "class", "summary"}]}`` for ``sketchwm plugins --json``."""
+        out: dict[str, list[dict[str, str]]] = {}
+        for kind in KINDS:
+            out[kind] = [
+                {"name": n, "class": f"{c.__module__}.{c.__qualname__}", "summary": c.summary()}
+                for n, c in sorted(self._table(kind).items())
+            ]
+        return out
+
+    def _table(self, kind: str) -> dict[str, type[Component]]:
+        if kind not in self._by_kind:
+            close = difflib.get_close_matches(kind, list(KINDS), n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise RegistryError(f"unknown component kind '{kind}'{hint}")
+        return self._by_kind[kind]
+
+
+@lru_cache(maxsize=1)
+def get_registry() -> Registry:
+    """The registry of installed plugins (cached; build ``Registry(get_plugin_manager(...))`` for custom sets)."""
+    return Registry(get_plugin_manager())
