@@ -232,7 +232,7 @@ class MaskedDiffusionSampler:
                     raise InputError(f"backend '{be.name}' returned logits of shape {tuple(logits.shape)}, expected {(B, G, V)}")
                 if banned.numel():
                     logits[..., banned] = float("-inf")
-                if not torch.isfinite(logits.amax(-1)).all() or torch.isnan(logits).any():
+                if not torch.isfinite(logits.amax(-1)).all():  # amax propagates NaN; catches +inf and all -inf rows
                     raise InputError(f"backend '{be.name}' returned NaN or inf logits at step {step_idx}")
                 state = DenoiseStep(
                     step=step_idx, total_steps=cfg.steps, tokens=gen, masked=masked, logits=logits,
@@ -242,19 +242,38 @@ class MaskedDiffusionSampler:
                 uniforms = None
                 if self.scheme is not None:
                     logits = self.scheme.process_logits(state)  # (B, G, V)
-                    if torch.isnan(logits).any():
+                    if torch.isnan(logits.amax(-1)).any():
                         raise InputError(f"scheme '{self.scheme.name}' produced NaN logits at step {step_idx}")
-                    uniforms = self.scheme.sampling_uniforms(state)  # (B, G, V) or None
                     state.logits = logits
-                x0, conf = self._sample(logits, uniforms, generator)  # (B, G), (B, G)
-                if self.scheme is not None:
-                    conf = self.scheme.remasking_confidence(state, conf)
-                conf = torch.where(masked & in_block[None, :], conf, torch.full_like(conf, float("-inf")))
+                    uniforms = self.scheme.sampling_uniforms(state)  # (B, G, V) or None
+                eligible = masked & in_block[None, :]  # (B, G)
                 k = schedule[:, s]  # (B,)
-                order = torch.argsort(conf, dim=1, descending=True)  # (B, G)
-                rank = torch.empty_like(order).scatter_(1, order, arange_g.expand(B, -1))  # rank of each position
-                commit = (rank < k[:, None]) & masked & in_block[None, :]
-                gen = torch.where(commit, x0, gen)
+                if cfg.remasking == "random" and (self.scheme is None or not self._scheme_sets_confidence()):
+                    # choose positions first, then sample only there: (B, kmax, V) instead of (B, G, V)
+                    conf = torch.rand((B, G), generator=generator, device=device)
+                    conf = torch.where(eligible, conf, torch.full_like(conf, float("-inf")))
+                    kmax = int(k.max())
+                    if kmax == 0:
+                        step_idx += 1
+                        if bar is not None:
+                            bar.update(1)
+                        continue
+                    pos = conf.topk(kmax, dim=1).indices  # (B, kmax)
+                    sel = torch.gather(logits, 1, pos[..., None].expand(-1, -1, V))  # (B, kmax, V)
+                    u_sel = None if uniforms is None else torch.gather(uniforms, 1, pos[..., None].expand(-1, -1, V))
+                    x_sel, _ = self._sample(sel, u_sel, generator, need_conf=False)  # (B, kmax)
+                    ok = torch.arange(kmax, device=device)[None, :] < k[:, None]  # (B, kmax)
+                    cur = torch.gather(gen, 1, pos)
+                    gen = gen.scatter(1, pos, torch.where(ok, x_sel, cur))
+                else:
+                    x0, conf = self._sample(logits, uniforms, generator)  # (B, G), (B, G)
+                    if self.scheme is not None:
+                        conf = self.scheme.remasking_confidence(state, conf)
+                    conf = torch.where(eligible, conf, torch.full_like(conf, float("-inf")))
+                    order = torch.argsort(conf, dim=1, descending=True)  # (B, G)
+                    rank = torch.empty_like(order).scatter_(1, order, arange_g.expand(B, -1))  # rank of each position
+                    commit = (rank < k[:, None]) & eligible
+                    gen = torch.where(commit, x0, gen)
                 step_idx += 1
                 if bar is not None:
                     bar.update(1)
@@ -268,14 +287,19 @@ class MaskedDiffusionSampler:
         texts = [be.decode(gen[b, : int(lengths[b])].tolist()) for b in range(B)]
         return GenerationOutput(ids=gen.cpu(), lengths=lengths.cpu(), texts=texts, prompts=prompt_texts)
 
+    def _scheme_sets_confidence(self) -> bool:
+        """True if the scheme overrides :meth:`WatermarkScheme.remasking_confidence`."""
+        return type(self.scheme).remasking_confidence is not WatermarkScheme.remasking_confidence
+
     def _sample(
-        self, logits: torch.Tensor, uniforms: torch.Tensor | None, generator: torch.Generator
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, logits: torch.Tensor, uniforms: torch.Tensor | None, generator: torch.Generator, need_conf: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Gumbel-max candidates and their confidence.
 
         Args:
-            logits: (B, G, V) float32 (possibly tilted).
+            logits: (B, G, V) float32 (possibly tilted); G may be a subset of positions.
             uniforms: (B, G, V) keyed uniforms in (0, 1), or None for generator noise.
+            need_conf: False skips the confidence (returns None).
 
         Returns:
             x0 (B, G) int64 and confidence (B, G) float32 (per ``remasking``).
@@ -290,6 +314,8 @@ class MaskedDiffusionSampler:
                 uniforms = torch.rand(logits.shape, generator=generator, device=logits.device).clamp_(1e-12, 1 - 1e-7)
             gumbel = -torch.log(-torch.log(uniforms))  # (B, G, V)
             x0 = (logits / cfg.temperature + gumbel).argmax(-1)  # (B, G)
+        if not need_conf:
+            return x0, None
         if cfg.remasking == "random":
             conf = torch.rand(x0.shape, generator=generator, device=logits.device)
         else:

@@ -137,13 +137,21 @@ class CountSketch(Sketch):
             raw = bucket_imbalance(prior, self.buckets, coins, w)
             signs = balance_signs(prior, self.buckets, coins, w) if self.params.balance_signs else coins
             bal = bucket_imbalance(prior, self.buckets, signs, w)
+            mass = bucket_imbalance(prior, self.buckets, torch.ones_like(coins), w)  # (d, w) bucket mass
+            heaviest = torch.zeros(d, w, dtype=torch.float64).scatter_reduce_(
+                1, self.buckets, prior[None, :].expand(d, -1), reduce="amax", include_self=True
+            )
+            floor = (2 * heaviest - mass).clamp_min(0)  # no signs can do better than this
             self._report.update(
+                max_excess_imbalance=float((bal.abs() - floor).max()),
+                mean_excess_imbalance=float((bal.abs() - floor).mean()),
+                unbalanced_mean_excess_imbalance=float((raw.abs() - floor).clamp_min(0).mean()),
                 balanced=bool(self.params.balance_signs),
                 max_abs_imbalance=float(bal.abs().max()),
                 mean_abs_imbalance=float(bal.abs().mean()),
                 unbalanced_max_abs_imbalance=float(raw.abs().max()),
                 unbalanced_mean_abs_imbalance=float(raw.abs().mean()),
-                max_bucket_mass=float(bucket_imbalance(prior, self.buckets, torch.ones_like(coins), w).max()),
+                max_bucket_mass=float(mass.max()),
             )
         else:
             signs = coins
@@ -170,7 +178,11 @@ class CountSketch(Sketch):
         return self.params.w
 
     def report(self) -> dict[str, Any]:
-        """Shape and achieved per-bucket sign imbalance |Σ π σ| (balanced vs plain keyed signs)."""
+        """Shape and achieved per-bucket sign imbalance |Σ π σ| (balanced vs plain keyed signs).
+
+        ``max_excess_imbalance`` is the largest excess over the per-bucket floor
+        max(0, 2·heaviest − bucket mass) that no choice of signs can beat.
+        """
         return dict(self._report)
 
     def project(self, weights: torch.Tensor) -> torch.Tensor:

@@ -69,7 +69,7 @@ class HFMaskedLMBackend(DLMBackend):
     Params = HFBackendParams
 
     def __init__(self, params: Any = None, *, model: Any = None, tokenizer: Any = None):
-        self.params = self.parse_params(params)
+        self.params = params if isinstance(params, HFBackendParams) else self.parse_params(params)
         self.device = resolve_device(self.params.device)
         if model is None or tokenizer is None:
             model, tokenizer = self._load(self.params.path)

@@ -1,0 +1,338 @@
+"""Detection: typed, batched results, analytic and calibrated thresholds (seed paper §4.3, Alg. 2).
+
+A :class:`Detector` wraps a :class:`WatermarkScheme` and a tokenizer. It tokenises texts (or takes
+ids), checks them (empty, too short, out of vocabulary, wrong tokenizer), calls the scheme's
+``score_ids`` and compares the score with a threshold:
+
+* **analytic** τ_α — the scheme's key-randomised bound (eq. 19 for the penalised score), or
+  ``p_value <= α`` for schemes without a closed-form threshold;
+* **calibrated** τ_N — the empirical (1−α)-quantile of the score on unwatermarked texts of the same
+  length bin (§4.3), from a :class:`Calibration` file written by :func:`calibrate`.
+
+The quantile is the conformal order statistic ⌈(n+1)(1−α)⌉ of n null scores, so the false-positive
+rate on exchangeable null texts is <= α.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from pydantic import Field
+
+from . import __version__
+from .components import WatermarkScheme, tokenizer_fingerprint
+from .config import StrictModel, config_hash
+from .errors import CalibrationError, InputError, TokenizerMismatchError
+
+__all__ = ["DetectionResult", "Detector", "Calibration", "LengthBin", "calibrate", "DEFAULT_BIN_EDGES", "pad_ids"]
+
+DEFAULT_BIN_EDGES = (16, 32, 64, 96, 128, 192, 256, 384, 512, 1024, 1 << 30)
+CALIBRATION_VERSION = 1
+
+
+def pad_ids(id_lists: Sequence[Sequence[int]], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad id lists → ids (B, N) int64 and valid (B, N) bool."""
+    n = max((len(x) for x in id_lists), default=0)
+    ids = torch.full((len(id_lists), max(n, 1)), pad, dtype=torch.long)
+    valid = torch.zeros_like(ids, dtype=torch.bool)
+    for b, x in enumerate(id_lists):  # per text, building the batch
+        if len(x):
+            ids[b, : len(x)] = torch.as_tensor(list(x), dtype=torch.long)
+            valid[b, : len(x)] = True
+    return ids, valid
+
+
+@dataclass
+class DetectionResult:
+    """Detection of a batch of B texts.
+
+    Attributes:
+        score: (B,) float64, the scheme's statistic (S_k of eq. 2 for ``global-sketch``).
+        z: (B,) float64, standardised statistic.
+        p_value: (B,) float64, p-value under the scheme's null (method in ``p_value_method``).
+        threshold: (B,) float64, threshold applied to ``score`` (per length bin when calibrated).
+        is_watermarked: (B,) bool, ``score >= threshold``.
+        n_tokens: (B,) int64, tokens scored.
+        threshold_source: ``"calibrated"`` or ``"analytic"`` (or ``"p-value"`` when the scheme has no
+            closed-form threshold and the decision is ``p_value <= alpha``).
+        alpha: target false-positive rate.
+        key_fingerprint: fingerprint of the key (never the key).
+        scheme: scheme name.
+        p_value_method: how ``p_value`` was computed.
+    """
+
+    score: torch.Tensor
+    z: torch.Tensor
+    p_value: torch.Tensor
+    threshold: torch.Tensor
+    is_watermarked: torch.Tensor
+    n_tokens: torch.Tensor
+    threshold_source: str
+    alpha: float
+    key_fingerprint: str
+    scheme: str
+    p_value_method: str
+
+    def __len__(self) -> int:
+        return int(self.score.shape[0])
+
+    def to_records(self) -> list[dict[str, Any]]:
+        """One JSON-serialisable dict per text."""
+        out = []
+        for i in range(len(self)):
+            out.append(
+                {
+                    "score": float(self.score[i]), "z": float(self.z[i]), "p_value": float(self.p_value[i]),
+                    "threshold": float(self.threshold[i]), "is_watermarked": bool(self.is_watermarked[i]),
+                    "n_tokens": int(self.n_tokens[i]), "threshold_source": self.threshold_source, "alpha": self.alpha,
+                    "key_fingerprint": self.key_fingerprint, "scheme": self.scheme, "p_value_method": self.p_value_method,
+                }
+            )
+        return out
+
+
+class LengthBin(StrictModel):
+    """A calibrated threshold for texts with lo <= n_tokens < hi, from n null scores."""
+
+    lo: int = Field(ge=0)
+    hi: int = Field(gt=0)
+    n: int = Field(ge=1)
+    tau: float
+
+
+class Calibration(StrictModel):
+    """Empirical thresholds τ_N per length bin, tied to a key fingerprint, scheme config and model.
+
+    Attributes:
+        version: file format version.
+        key_fingerprint: the key's fingerprint.
+        scheme: scheme name; scheme_config_hash: hash of its params.
+        model_id: the backend's identifier (or "human" for human-text calibration).
+        tokenizer: tokenizer fingerprint.
+        alpha: target false-positive rate.
+        source: description of the null texts (e.g. "model samples", "human passages").
+        bins: thresholds per length bin.
+        sketchwm_version, created: provenance.
+    """
+
+    version: int = CALIBRATION_VERSION
+    key_fingerprint: str
+    scheme: str
+    scheme_config_hash: str
+    model_id: str
+    tokenizer: str
+    alpha: float = Field(gt=0, lt=1)
+    source: str = ""
+    bins: list[LengthBin]
+    sketchwm_version: str = __version__
+    created: str = ""
+
+    def threshold_for(self, n_tokens: torch.Tensor) -> torch.Tensor:
+        """τ for each length: (B,) int64 → (B,) float64; lengths outside every bin use the nearest bin.
+
+        Raises:
+            CalibrationError: the calibration has no bins.
+        """
+        if not self.bins:
+            raise CalibrationError("calibration has no length bins")
+        los = torch.tensor([b.lo for b in self.bins], dtype=torch.long)
+        his = torch.tensor([b.hi for b in self.bins], dtype=torch.long)
+        taus = torch.tensor([b.tau for b in self.bins], dtype=torch.float64)
+        n = n_tokens.long().cpu()[:, None]
+        inside = (n >= los[None]) & (n < his[None])  # (B, nbins)
+        mid = (los + his).double() / 2
+        nearest = (n.double() - mid[None]).abs().argmin(1)
+        idx = torch.where(inside.any(1), inside.float().argmax(1), nearest)
+        return taus[idx]
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write JSON atomically (temp file + rename), never leaving a half-written file."""
+        p = Path(path)
+        tmp = p.with_suffix(p.suffix + ".tmp")
+        tmp.write_text(self.model_dump_json(indent=2))
+        os.replace(tmp, p)
+        return p
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Calibration":
+        """Read a calibration file.
+
+        Raises:
+            CalibrationError: missing, not JSON, wrong version or fields.
+        """
+        p = Path(path)
+        if not p.exists():
+            raise CalibrationError(f"calibration file not found: {p}")
+        try:
+            data = json.loads(p.read_text())
+        except json.JSONDecodeError as exc:
+            raise CalibrationError(f"calibration file {p} is not valid JSON: {exc}") from None
+        if data.get("version") != CALIBRATION_VERSION:
+            raise CalibrationError(f"calibration file {p} has version {data.get('version')}, expected {CALIBRATION_VERSION}")
+        try:
+            return cls.model_validate(data)
+        except Exception as exc:  # noqa: BLE001
+            raise CalibrationError(f"malformed calibration file {p}: {exc}") from None
+
+    def check_matches(self, key_fingerprint: str, scheme: WatermarkScheme, tokenizer_fp: str) -> None:
+        """Raise :class:`CalibrationError` if this calibration belongs to another key, scheme or tokenizer."""
+        if self.key_fingerprint != key_fingerprint:
+            raise CalibrationError(
+                f"calibration was made for key {self.key_fingerprint}, not for key {key_fingerprint}"
+            )
+        if self.scheme != scheme.name or self.scheme_config_hash != config_hash(scheme.params):
+            raise CalibrationError(f"calibration was made for another scheme configuration ({self.scheme}/{self.scheme_config_hash})")
+        if self.tokenizer != tokenizer_fp:
+            raise CalibrationError("calibration was made with a different tokenizer")
+
+
+def conformal_quantile(scores: torch.Tensor, alpha: float) -> float:
+    """The ⌈(n+1)(1−α)⌉-th smallest of n scores (+inf if n is too small for α)."""
+    s = torch.sort(scores.double().flatten()).values
+    n = s.numel()
+    k = math.ceil((n + 1) * (1 - alpha))
+    return float("inf") if k > n else float(s[k - 1])
+
+
+class Detector:
+    """Detect a scheme's watermark in texts or token ids.
+
+    Args:
+        scheme: the keyed :class:`WatermarkScheme`.
+        tokenizer: the generating model's tokenizer.
+        key_fingerprint: fingerprint of the scheme's key (stored in results).
+        alpha: target false-positive rate for decisions.
+        calibration: a :class:`Calibration` (τ_N per length bin) or None for the analytic threshold.
+        expected_tokenizer: tokenizer fingerprint recorded in the watermark configuration, if any.
+
+    Raises:
+        TokenizerMismatchError: ``tokenizer`` differs from ``expected_tokenizer``.
+        CalibrationError: the calibration belongs to another key/scheme/tokenizer.
+    """
+
+    def __init__(
+        self,
+        scheme: WatermarkScheme,
+        tokenizer: Any,
+        key_fingerprint: str,
+        alpha: float = 0.01,
+        calibration: Calibration | None = None,
+        expected_tokenizer: str | None = None,
+    ):
+        if not 0 < alpha < 1:
+            raise InputError(f"alpha must be in (0, 1), got {alpha}")
+        self.scheme, self.tokenizer, self.alpha = scheme, tokenizer, alpha
+        self.key_fingerprint = key_fingerprint
+        self.tokenizer_fp = tokenizer_fingerprint(tokenizer)
+        if expected_tokenizer and expected_tokenizer != self.tokenizer_fp:
+            raise TokenizerMismatchError(
+                f"tokenizer {self.tokenizer_fp} does not match the watermark configuration's tokenizer {expected_tokenizer}"
+            )
+        if calibration is not None:
+            calibration.check_matches(key_fingerprint, scheme, self.tokenizer_fp)
+        self.calibration = calibration
+
+    def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
+        """Texts → id lists (no special tokens).
+
+        Raises:
+            InputError: an empty text (names its index).
+        """
+        if isinstance(texts, str):
+            raise InputError("detect expects a list of texts, got a single string")
+        for i, t in enumerate(texts):
+            if not isinstance(t, str) or not t.strip():
+                raise InputError(f"text {i} is empty")
+        return [list(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+
+    def detect(self, texts: Sequence[str]) -> DetectionResult:
+        """Detect in texts (see :meth:`detect_ids`)."""
+        return self.detect_ids(self.tokenize(texts))
+
+    def detect_ids(self, id_lists: Sequence[Sequence[int]]) -> DetectionResult:
+        """Detect in token-id lists.
+
+        Raises:
+            InputError: no texts, an empty or too-short text (fewer than ``scheme.min_tokens``
+                tokens), ids outside [0, V).
+        """
+        if len(id_lists) == 0:
+            raise InputError("no texts to detect")
+        V = self.scheme.vocab_size
+        for i, ids in enumerate(id_lists):
+            if len(ids) == 0:
+                raise InputError(f"text {i} is empty")
+            if len(ids) < self.scheme.min_tokens:
+                raise InputError(f"text {i} has {len(ids)} tokens; at least {self.scheme.min_tokens} are needed for detection")
+            lo, hi = min(ids), max(ids)
+            if lo < 0 or hi >= V:
+                raise InputError(f"text {i} has token id {hi if hi >= V else lo} outside the vocabulary [0, {V})")
+        ids, valid = pad_ids(id_lists)
+        s = self.scheme.score_ids(ids, valid)
+        n = s.n_scored.cpu()
+        if self.calibration is not None:
+            thr = self.calibration.threshold_for(valid.sum(1))
+            source = "calibrated"
+            decide = s.score.cpu() >= thr
+        else:
+            try:
+                thr = torch.tensor(
+                    [self.scheme.analytic_threshold(self.alpha, int(k)) for k in valid.sum(1)], dtype=torch.float64
+                )
+                source = "analytic"
+                decide = s.score.cpu() >= thr
+            except NotImplementedError:
+                thr = torch.full((len(id_lists),), float("nan"), dtype=torch.float64)
+                source = "p-value"
+                decide = s.p_value.cpu() <= self.alpha
+        return DetectionResult(
+            score=s.score.cpu(), z=s.z.cpu(), p_value=s.p_value.cpu(), threshold=thr, is_watermarked=decide,
+            n_tokens=n, threshold_source=source, alpha=self.alpha, key_fingerprint=self.key_fingerprint,
+            scheme=self.scheme.name, p_value_method=s.p_value_method,
+        )
+
+
+def calibrate(
+    detector: Detector,
+    id_lists: Sequence[Sequence[int]],
+    model_id: str,
+    alpha: float = 0.01,
+    bin_edges: Sequence[int] = DEFAULT_BIN_EDGES,
+    source: str = "",
+    min_per_bin: int = 1,
+) -> Calibration:
+    """Empirical τ_N per length bin from unwatermarked texts (§4.3).
+
+    Args:
+        detector: a detector (its scheme and key define the score).
+        id_lists: null texts as token-id lists.
+        model_id: identifier of the model (or "human").
+        alpha: target false-positive rate.
+        bin_edges: increasing bin edges; bins with fewer than ``min_per_bin`` texts are dropped.
+        source: description of the null texts.
+
+    Raises:
+        CalibrationError: no bin has enough texts; fewer than ⌈1/α⌉ − 1 texts in a bin gives τ = +inf
+            (never a false positive, noted as such).
+    """
+    res = detector.detect_ids(id_lists)
+    n = torch.tensor([len(x) for x in id_lists])
+    bins = []
+    for lo, hi in zip(bin_edges[:-1], bin_edges[1:]):
+        sel = (n >= lo) & (n < hi)
+        if int(sel.sum()) >= min_per_bin:
+            bins.append(LengthBin(lo=int(lo), hi=int(hi), n=int(sel.sum()), tau=conformal_quantile(res.score[sel], alpha)))
+    if not bins:
+        raise CalibrationError("no length bin has enough unwatermarked texts to calibrate")
+    return Calibration(
+        key_fingerprint=detector.key_fingerprint, scheme=detector.scheme.name,
+        scheme_config_hash=config_hash(detector.scheme.params), model_id=model_id, tokenizer=detector.tokenizer_fp,
+        alpha=alpha, source=source, bins=bins, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )

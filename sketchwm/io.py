@@ -1,0 +1,115 @@
+"""Reading inputs and writing outputs for the CLI, safely (atomic writes; clear errors)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import InputError
+
+__all__ = ["read_texts", "read_records", "write_jsonl_atomic", "read_json_arg"]
+
+
+def _read_source(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"input file not found: {p}")
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"input file is not UTF-8 text: {p}") from None
+
+
+def read_records(path: str) -> list[dict[str, Any]]:
+    """Read JSONL records (each with a ``text`` field) or plain text (the whole input is one text).
+
+    Args:
+        path: a file path or ``-`` for stdin.
+
+    Raises:
+        InputError: missing file, empty input, a JSONL line that is not an object with a string ``text``.
+    """
+    raw = _read_source(path)
+    if not raw.strip():
+        raise InputError(f"input {path!r} is empty")
+    lines = [ln for ln in raw.splitlines() if ln.strip()]
+    if lines and lines[0].lstrip().startswith("{"):
+        out = []
+        for i, ln in enumerate(lines, 1):
+            try:
+                rec = json.loads(ln)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{path}: line {i} is not valid JSON: {exc.msg}") from None
+            if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
+                raise InputError(f"{path}: line {i} has no string field 'text'")
+            out.append(rec)
+        return out
+    return [{"text": raw.strip()}]
+
+
+def read_texts(path: str) -> list[str]:
+    """The ``text`` of each record of :func:`read_records`."""
+    return [r["text"] for r in read_records(path)]
+
+
+def read_lines(path: str) -> list[str]:
+    """Non-empty lines of a text file (or JSONL ``text``/``prompt`` fields)."""
+    raw = _read_source(path)
+    lines = [ln.strip() for ln in raw.splitlines() if ln.strip()]
+    if lines and lines[0].startswith("{"):
+        out = []
+        for i, ln in enumerate(lines, 1):
+            try:
+                rec = json.loads(ln)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"{path}: line {i} is not valid JSON: {exc.msg}") from None
+            val = rec.get("prompt", rec.get("text")) if isinstance(rec, dict) else None
+            if not isinstance(val, str):
+                raise InputError(f"{path}: line {i} has no string field 'prompt' or 'text'")
+            out.append(val)
+        return out
+    if not lines:
+        raise InputError(f"input {path!r} has no prompts")
+    return lines
+
+
+def write_jsonl_atomic(path: str, records: Iterable[dict[str, Any]]) -> None:
+    """Write JSONL to ``path`` (``-`` = stdout) via a temporary file and rename, so an error never
+    leaves a truncated file or clobbers an existing one half-way."""
+    if path == "-":
+        for r in records:
+            sys.stdout.write(json.dumps(r, ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+        return
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(p.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        for r in records:
+            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
+    os.replace(tmp, p)
+
+
+def read_json_arg(value: str | None, what: str) -> dict[str, Any]:
+    """Parse a JSON object given inline or as ``@file.json``.
+
+    Raises:
+        InputError: not JSON, or not an object.
+    """
+    if not value:
+        return {}
+    text = value
+    if value.startswith("@"):
+        text = _read_source(value[1:])
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{what} is not valid JSON: {exc.msg}") from None
+    if not isinstance(obj, dict):
+        raise InputError(f"{what} must be a JSON object")
+    return obj

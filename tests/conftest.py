@@ -1,0 +1,42 @@
+"""Shared fixtures: tiny models built in code, keys, a registry of the built-in plugins only."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
+
+
+@pytest.fixture(scope="session")
+def builtin_registry():
+    """Registry of the ``builtin-*`` entry points only (independent of other installed plugins)."""
+    from sketchwm.registry import Registry, get_plugin_manager
+
+    eps = [e for e in importlib.metadata.entry_points(group="sketchwm") if e.name.startswith("builtin")]
+    return Registry(get_plugin_manager(eps))
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """A tiny random BERT masked LM backend over a ~100-word vocabulary."""
+    from sketchwm.testing import tiny_backend
+
+    return tiny_backend(seed=0)
+
+
+@pytest.fixture()
+def key():
+    from sketchwm.keys import WatermarkKey
+
+    return WatermarkKey(bytes(range(32)))
+
+
+@pytest.fixture()
+def uniform_sketch_params():
+    return {"prior": {"source": "uniform"}}
