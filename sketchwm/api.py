@@ -68,7 +68,9 @@ class Watermarker:
         self.key = WatermarkKey.load(key)
         self.config = validate_params(WatermarkConfig, config, "watermark config")
         self.registry = registry or get_registry()
-        self.registry.get("scheme", self.config.scheme.name)  # fail fast on unknown names
+        # fail fast on unknown names and bad params, before any model is loaded
+        self.registry.get("scheme", self.config.scheme.name).parse_params(self.config.scheme.params)
+        self.registry.get("backend", self.config.backend.name).parse_params(self.config.backend.params)
         self._backend = backend
         self._scheme: WatermarkScheme | None = None
 

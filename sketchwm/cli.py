@@ -83,8 +83,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_detect(args: argparse.Namespace) -> int:
     from .io import read_records
 
+    wm = _watermarker(args)  # key errors first, before reading (possibly) stdin
     recs = read_records(args.input)
-    wm = _watermarker(args)
     res = wm.detect([r["text"] for r in recs], calibration=args.calibration, alpha=args.alpha)
     rows = res.to_records()
     if args.json:

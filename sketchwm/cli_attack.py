@@ -100,11 +100,13 @@ def run_attack(args: argparse.Namespace) -> int:
         raise ConfigError(f"--strength must be in [0, 1], got {args.strength}")
     if args.batch_size < 1:
         raise ConfigError("--batch-size must be >= 1")
+    registry = get_registry()
+    registry.get("attack", args.attack)  # fail fast on an unknown name, before reading files
     rows = read_jsonl(args.input)
     resources: dict[str, Any] = {}
     if args.watermarked is not None:
         resources["watermarked_texts"] = [r["text"] for r in read_jsonl(args.watermarked)]
-    attack = get_registry().create("attack", args.attack, params, **resources)
+    attack = registry.create("attack", args.attack, params, **resources)
     gen = torch.Generator().manual_seed(int(args.seed))
     params_json = attack.params.model_dump(mode="json")
 

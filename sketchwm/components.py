@@ -339,7 +339,11 @@ class WatermarkScheme(Component):
         """Called once before a batch is denoised (reset per-generation state). Default: nothing."""
 
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
-        """Tilted marginals as logits, (B, G, V) float32. Only masked positions matter. Default: unchanged."""
+        """Tilted marginals as logits, (B, G, V) float32. Only masked positions matter.
+
+        A scheme may modify ``step.logits`` in place and return it (the engine owns that tensor and
+        does not reuse the untilted values). Default: unchanged.
+        """
         return step.logits
 
     def sampling_uniforms(self, step: DenoiseStep) -> torch.Tensor | None:

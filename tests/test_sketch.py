@@ -108,9 +108,9 @@ def test_tilt_equals_equation_7(key):
     masked = torch.rand(1, G, generator=g) < 0.5
     tokens = torch.where(masked, torch.full_like(tokens, V), tokens)  # mask id outside V
     step = DenoiseStep(3, 10, tokens, masked, logits, torch.zeros(1, 1, dtype=torch.long), torch.ones(1, 1, dtype=torch.bool), (0, G), V)
+    p = torch.softmax(logits[0], -1)  # before the call: process_logits tilts in place
     out = sch.process_logits(step)
     # independent recomputation of eq. 5-7
-    p = torch.softmax(logits[0], -1)
     N = G
     H = torch.zeros(sch.sketch.dim)
     for i in range(G):

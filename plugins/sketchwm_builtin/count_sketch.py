@@ -165,6 +165,7 @@ class CountSketch(Sketch):
         self.buckets = self.buckets.to(self.device)
         self.signs = self.signs.to(self.device)
         self.flat_index = self.flat_index.to(self.device)
+        self.__dict__.pop("_idx_cache", None)
         return self
 
     @property
@@ -185,19 +186,29 @@ class CountSketch(Sketch):
         """
         return dict(self._report)
 
+    def _batched_index(self, B: int) -> torch.Tensor:
+        """Flat coordinates b·D + r·w + h_r(v) for a batch of B, (B·d·V,) int64, cached per B."""
+        cache = self.__dict__.setdefault("_idx_cache", {})
+        if B not in cache or cache[B].device != self.device:
+            offsets = torch.arange(B, device=self.device)[:, None, None] * self.dim  # (B, 1, 1)
+            cache[B] = (self.flat_index[None] + offsets).reshape(-1)
+        return cache[B]
+
     def project(self, weights: torch.Tensor) -> torch.Tensor:
-        """Φᵀ weights: (B, V) → (B, D) float32, i.e. Σ_v weights_v φ(v)."""
+        """Φᵀ weights: (B, V) → (B, D) float32, i.e. Σ_v weights_v φ(v) (one scatter-add of B·d·V entries)."""
         weights = weights.to(self.device, torch.float32)
-        B = weights.shape[0]
-        d = self.params.d
+        B, D = weights.shape[0], self.dim
         vals = weights[:, None, :] * self.signs[None, :, :]  # (B, d, V)
-        out = torch.zeros(B, self.dim, dtype=torch.float32, device=self.device)
-        return out.scatter_add_(1, self.flat_index.reshape(1, -1).expand(B, -1), vals.reshape(B, d * self.vocab_size))
+        idx = self._batched_index(B)  # (B·d·V,)
+        out = torch.zeros(B * D, dtype=torch.float32, device=self.device)
+        return out.scatter_add_(0, idx, vals.reshape(-1)).view(B, D)
 
     def token_scores(self, r: torch.Tensor) -> torch.Tensor:
         """Φ r: (B, D) → (B, V) float32, ⟨r, φ(v)⟩ = Σ_r σ_r(v) r[r, h_r(v)]."""
         r = r.to(self.device, torch.float32)
-        return (r[:, self.flat_index] * self.signs[None]).sum(1)  # (B, d, V) → (B, V)
+        d = self.params.d
+        picked = torch.index_select(r, 1, self.flat_index.reshape(-1)).view(r.shape[0], d, self.vocab_size)  # (B, d, V)
+        return (picked * self.signs[None]).sum(1)  # (B, V)
 
 
 @hookimpl

@@ -232,13 +232,16 @@ class GlobalSketchScheme(WatermarkScheme):
         return self.sketch.token_scores(r) / math.sqrt(N)  # (B, V), eq. 6
 
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
-        """Exponential tilt of eq. (7) in logit space: logits + η_t a_{k,t} (B, G, V)."""
+        """Exponential tilt of eq. (7) in logit space: logits + η_t a_{k,t}, (B, G, V).
+
+        Modifies ``step.logits`` in place (one pass, no new (B, G, V) tensor) and returns it.
+        """
         N = step.tokens.shape[1]
         eta = self.eta(step.step, step.total_steps, N)
         if eta == 0.0:
             return step.logits
         a = self.token_gradient(step.logits, step.tokens, step.masked)  # (B, V)
-        return step.logits + eta * a[:, None, :]  # (B, G, V)
+        return step.logits.add_((eta * a)[:, None, :])  # (B, G, V)
 
     # ------------------------------------------------------------------ detection
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:

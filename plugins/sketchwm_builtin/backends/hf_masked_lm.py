@@ -37,6 +37,14 @@ def special_token_ids(tokenizer: Any, vocab_size: int) -> list[int]:
     return sorted(i for i in ids if 0 <= i < vocab_size)
 
 
+def quiet_transformers() -> None:
+    """Silence transformers' progress bars and info logs (the CLI prints one line per error)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
 class HFBackendParams(StrictModel):
     """Parameters shared by Hugging Face backends.
 
@@ -83,6 +91,7 @@ class HFMaskedLMBackend(DLMBackend):
         if not path or not os.path.isdir(path):
             raise ModelFileError(f"{self.name}: model directory not found: {path!r} (params.path must be a local directory)")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        quiet_transformers()
         try:
             tok = AutoTokenizer.from_pretrained(path)
             model = AutoModelForMaskedLM.from_pretrained(path, dtype=_DTYPES[self.params.dtype])

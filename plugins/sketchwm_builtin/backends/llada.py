@@ -18,7 +18,7 @@ from pydantic import Field
 
 from sketchwm.errors import ModelFileError
 
-from .hf_masked_lm import HFBackendParams, HFMaskedLMBackend, special_token_ids
+from .hf_masked_lm import HFBackendParams, HFMaskedLMBackend, quiet_transformers, special_token_ids
 
 LLADA_MASK_ID = 126336
 LLADA_EOS_ID = 126081
@@ -46,6 +46,7 @@ class LLaDABackend(HFMaskedLMBackend):
         if not path or not os.path.isdir(path):
             raise ModelFileError(f"{self.name}: checkpoint directory not found: {path!r}")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        quiet_transformers()
         dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[self.params.dtype]
         try:
             tok = AutoTokenizer.from_pretrained(path, trust_remote_code=True)

@@ -17,7 +17,7 @@ import torch
 
 from sketchwm.errors import ModelFileError
 
-from .hf_masked_lm import HFBackendParams, HFMaskedLMBackend
+from .hf_masked_lm import HFBackendParams, HFMaskedLMBackend, quiet_transformers
 
 
 class MDLMParams(HFBackendParams):
@@ -40,6 +40,7 @@ class MDLMBackend(HFMaskedLMBackend):
             if not p or not os.path.isdir(p):
                 raise ModelFileError(f"{self.name}: directory not found: {p!r}")
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        quiet_transformers()
         try:
             tok = AutoTokenizer.from_pretrained(tok_path)
             model = AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=True)

@@ -1,0 +1,131 @@
+"""``aar-gumbel``: Aaronson's Gumbel-max watermark (distortion-free), ported to masked DLMs.
+
+S. Aaronson, "Watermarking of large language models" (talk, 2023); analysed in Fernandez et al.
+2023, "Three Bricks to Consolidate Watermarks for LLMs" (§2, eq. 2) and used as the ``AAR``
+baseline of Gloaguen et al. 2025. A keyed uniform vector r ∈ (0, 1)^V is derived from the context
+(or the position) of a token, and the token is
+
+    x = argmax_v r_v^{1/p_v} = argmax_v [log p_v − log(−log r_v)],                       (AAR)
+
+i.e. Gumbel-max sampling with the keyed uniforms in place of fresh noise: over random keys, x is
+distributed exactly as p (distortion-free). The engine does the argmax; this scheme only supplies
+r through :meth:`sampling_uniforms`.
+
+Keying (``keying``):
+  * ``context``: r_v = PRF(k, h·V + v) with h the hash of the context tokens (offsets ``context``).
+    A masked position whose context is not yet fully known (a masked neighbour) gets the sampler's
+    ordinary noise: its token is unwatermarked but still distortion-free.
+  * ``position``: r_v = PRF(k, i·V + v) for generation position i (the text must start at the
+    first generated token for detection; not robust to insertions/deletions).
+
+Detection (three_bricks eq. 3): S = Σ_t −log(1 − r_{x_t}) over the scored tokens. Under a random key
+every r_{x_t} of a distinct (hash, token) pair is iid U(0, 1), so each term is Exp(1) and S ~
+Gamma(n, 1): the p-value P(Gamma(n, 1) >= S) is exact. Repeated (hash, token) pairs are scored
+once (context keying). ``score`` = −log10 p, ``z`` = (S − n)/√n.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from pydantic import Field
+
+from sketchwm.components import DenoiseStep, SchemeScores, WatermarkScheme
+from sketchwm.prf import keyed_uniform
+
+from .common import (
+    ContextParams,
+    check_ids,
+    context_hash,
+    first_occurrence,
+    gamma_logsf,
+    gather_context,
+    log10_threshold,
+    pair_counter,
+    scores_from_log_p,
+    standardise,
+)
+
+__all__ = ["AARGumbelScheme", "AARGumbelParams"]
+
+#: clamp of the keyed uniforms passed to the sampler (float32 rounding could otherwise give 1.0)
+_U_MIN, _U_MAX = 1e-12, 1.0 - 2.0**-24
+
+
+class AARGumbelParams(ContextParams):
+    """Parameters of ``aar-gumbel``.
+
+    Attributes:
+        keying: ``context`` (PRF of the context hash) or ``position`` (PRF of the position).
+        context, hash: the context set and hash for ``context`` keying (:class:`ContextParams`).
+        min_tokens: shortest text the detector accepts.
+    """
+
+    keying: Literal["context", "position"] = "context"
+    min_tokens: int = Field(16, ge=1)
+
+
+class AARGumbelScheme(WatermarkScheme):
+    """Aaronson's Gumbel-max watermark: keyed uniforms replace the sampling noise (distortion-free)."""
+
+    name = "aar-gumbel"
+    Params = AARGumbelParams
+
+    def __init__(self, params, key, vocab_size: int, device="cpu"):
+        super().__init__(params, key, vocab_size, device)
+        self.min_tokens = self.params.min_tokens
+        self._seed = key.seed(f"baselines/aar-gumbel/{self.params.keying}")
+
+    def uniforms(self, counters: torch.Tensor) -> torch.Tensor:
+        """r = PRF(k, counter) in float64, strictly inside (0, 1); counters int64 (any shape)."""
+        return keyed_uniform(self._seed, counters, dtype=torch.float64)
+
+    # ------------------------------------------------------------------ generation
+    def sampling_uniforms(self, step: DenoiseStep) -> torch.Tensor:
+        """Keyed r of eq. (AAR) for every masked position that can be keyed; (B, G, V) float32.
+
+        Positions that cannot be keyed (context keying with an unknown context) get uniforms from
+        ``step.generator``; known positions are not sampled by the engine and get the same.
+        """
+        p = self.params
+        B, G, V = step.logits.shape
+        dev = step.logits.device
+        vocab = torch.arange(V, device=dev)  # (V,)
+        if p.keying == "position":
+            pos = torch.arange(G, device=dev)  # (G,)
+            r = self.uniforms(pair_counter(pos[:, None], vocab[None, :], V))  # (G, V)
+            return r.clamp(_U_MIN, _U_MAX).float()[None].expand(B, G, V)
+        out = torch.rand((B, G, V), generator=step.generator, device=dev).clamp_(_U_MIN, _U_MAX)  # (B, G, V)
+        ctx, ok = gather_context(step.tokens, ~step.masked, p.context, step.prompt_ids, step.prompt_mask)  # (B, G, |O|)
+        sel = step.masked & ok  # (B, G)
+        if bool(sel.any()):
+            b, i = sel.nonzero(as_tuple=True)  # (n,)
+            h = context_hash(ctx[b, i], V, p.hash)  # (n,)
+            out[b, i] = self.uniforms(pair_counter(h[:, None], vocab[None, :], V)).clamp(_U_MIN, _U_MAX).float()  # (n, V)
+        return out
+
+    # ------------------------------------------------------------------ detection
+    def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
+        """S = Σ −log(1 − r_x) with its exact Gamma(n, 1) p-value; ids, valid (B, N)."""
+        p = self.params
+        ids, valid = check_ids(ids.to(self.device), valid.to(self.device), self.vocab_size)
+        B, N = ids.shape
+        V = self.vocab_size
+        if p.keying == "position":
+            pos = torch.arange(N, device=self.device).expand(B, N)  # (B, N)
+            keep = valid  # distinct positions: every pair is distinct
+            counters = pair_counter(pos, ids, V)  # (B, N)
+        else:
+            ctx, ok = gather_context(ids, valid, p.context)  # (B, N, |O|)
+            counters = pair_counter(context_hash(ctx, V, p.hash), ids, V)  # (B, N)
+            keep = first_occurrence(counters, valid & ok)  # (B, N)
+        r = self.uniforms(counters)  # (B, N) float64
+        s = (-torch.log1p(-r) * keep).sum(1)  # (B,)
+        n = keep.sum(1)  # (B,)
+        z = standardise(s, n.double(), n.double())
+        return scores_from_log_p(gamma_logsf(s, n), z, n, "exact Gamma(n, 1)")
+
+    def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
+        """−log10 α: ``score`` is −log10 of an exact p-value, so this holds at every length."""
+        return log10_threshold(alpha)

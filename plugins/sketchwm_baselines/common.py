@@ -1,0 +1,315 @@
+"""Helpers shared by the baseline schemes: contexts, context hashes, keyed green bits, duplicate
+removal and exact null tail probabilities.
+
+Conventions (all vectorised, no loop over tokens or the vocabulary):
+
+* A *context set* is a tuple of non-zero offsets ``O`` (e.g. ``(-1,)`` or ``(-1, 1)``); the context
+  of position i is the tuple of tokens (x_{i+o})_{o∈O}.
+* A context *hash* maps that tuple to an int64: ``sum`` is Gloaguen et al.'s SumHash
+  h = Σ_o x_{i+o} (range [0, |O|(V-1)]), ``ordered`` is the exact tuple id h = Σ_j x_{i+o_j} V^j.
+* A *(hash, token) counter* is ``h·V + v``; every keyed table entry (green bit, Gumbel uniform) is
+  :func:`sketchwm.prf.keyed_uniform` of such a counter, so distinct (hash, token) pairs get
+  independent values under a random key — the property every exact p-value below relies on.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import Field, field_validator
+from scipy import stats
+
+from sketchwm.components import SchemeScores, WatermarkScheme
+from sketchwm.config import StrictModel
+from sketchwm.errors import InputError
+from sketchwm.prf import keyed_uniform
+
+__all__ = [
+    "HashKind",
+    "ContextParams",
+    "check_ids",
+    "gather_context",
+    "context_hash",
+    "pair_counter",
+    "green_bits",
+    "first_occurrence",
+    "binomial_logsf",
+    "hypergeom_logsf",
+    "gamma_logsf",
+    "standardise",
+    "scores_from_log_p",
+    "log10_threshold",
+    "GreenListParams",
+    "ContextGreenListScheme",
+]
+
+HashKind = Literal["sum", "ordered"]
+
+
+class ContextParams(StrictModel):
+    """Context set and hash shared by the context-keyed schemes.
+
+    Attributes:
+        context: offsets O of the context tokens relative to the scored position, non-zero and
+            distinct, at most 2 (e.g. ``[-1]`` as in KGW, ``[-1, 1]`` as in Gloaguen et al.).
+        hash: ``sum`` (SumHash, Gloaguen et al. 2025 §3) or ``ordered`` (exact context tuple id).
+    """
+
+    context: tuple[int, ...] = (-1,)
+    hash: HashKind = "sum"
+
+    @field_validator("context")
+    @classmethod
+    def _check_context(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if not 1 <= len(v) <= 2:
+            raise ValueError("context must have 1 or 2 offsets")
+        if any(o == 0 for o in v) or len(set(v)) != len(v):
+            raise ValueError("context offsets must be distinct and non-zero")
+        if any(abs(o) > 8 for o in v):
+            raise ValueError("context offsets must lie in [-8, 8]")
+        return tuple(sorted(v))
+
+
+def check_ids(ids: torch.Tensor, valid: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate detector input.
+
+    Args:
+        ids: (B, N) integer token ids.
+        valid: (B, N) bool, False on padding.
+        vocab_size: V.
+
+    Returns:
+        ids (B, N) int64 and valid (B, N) bool.
+
+    Raises:
+        InputError: wrong rank or shapes, or a valid id outside [0, V).
+    """
+    if not torch.is_tensor(ids) or ids.dim() != 2:
+        raise InputError(f"ids must be a (batch, length) tensor, got shape {tuple(getattr(ids, 'shape', ()))}")
+    if not torch.is_tensor(valid) or valid.shape != ids.shape:
+        raise InputError(f"valid must have the shape of ids {tuple(ids.shape)}, got {tuple(getattr(valid, 'shape', ()))}")
+    if ids.dtype.is_floating_point or ids.dtype == torch.bool:
+        raise InputError(f"ids must be integers, got {ids.dtype}")
+    ids, valid = ids.long(), valid.bool()
+    v_ids = ids[valid]
+    if v_ids.numel():
+        lo, hi = int(v_ids.min()), int(v_ids.max())
+        if lo < 0 or hi >= vocab_size:
+            bad = hi if hi >= vocab_size else lo
+            raise InputError(f"token id {bad} is outside the vocabulary [0, {vocab_size})")
+    return ids.clamp(0, vocab_size - 1), valid
+
+
+def gather_context(
+    tokens: torch.Tensor,
+    known: torch.Tensor,
+    offsets: tuple[int, ...],
+    prefix_ids: torch.Tensor | None = None,
+    prefix_mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Context tokens of every position and whether all of them are known.
+
+    Position i + o < 0 reads the end of the left-padded ``prefix_ids`` (the prompt), when given;
+    i + o >= N has no context.
+
+    Args:
+        tokens: (B, N) int64.
+        known: (B, N) bool, True where the token is fixed (unmasked / not padding).
+        offsets: the context set O.
+        prefix_ids: (B, P) int64 left-padded prompt, or None.
+        prefix_mask: (B, P) bool, True on real prompt tokens.
+
+    Returns:
+        ctx (B, N, |O|) int64 (0 where unknown) and ok (B, N) bool (every context token known).
+    """
+    B, N = tokens.shape
+    L = max(0, -min(offsets))
+    R = max(0, max(offsets))
+    if prefix_ids is not None and L > 0 and prefix_ids.shape[1] > 0:
+        P = prefix_ids.shape[1]
+        take = min(L, P)
+        left_t = torch.zeros((B, L), dtype=torch.long, device=tokens.device)
+        left_k = torch.zeros((B, L), dtype=torch.bool, device=tokens.device)
+        left_t[:, L - take:] = prefix_ids[:, P - take:]
+        left_k[:, L - take:] = prefix_mask[:, P - take:] if prefix_mask is not None else True
+    else:
+        left_t = torch.zeros((B, L), dtype=torch.long, device=tokens.device)
+        left_k = torch.zeros((B, L), dtype=torch.bool, device=tokens.device)
+    right_t = torch.zeros((B, R), dtype=torch.long, device=tokens.device)
+    right_k = torch.zeros((B, R), dtype=torch.bool, device=tokens.device)
+    ext_t = torch.cat([left_t, tokens, right_t], 1)  # (B, L+N+R)
+    ext_k = torch.cat([left_k, known, right_k], 1)  # (B, L+N+R)
+    ctx = torch.stack([ext_t[:, L + o: L + o + N] for o in offsets], -1)  # (B, N, |O|), ≤2 offsets
+    ok = torch.stack([ext_k[:, L + o: L + o + N] for o in offsets], -1).all(-1)  # (B, N)
+    return torch.where(ok[..., None], ctx, torch.zeros_like(ctx)), ok
+
+
+def context_hash(ctx: torch.Tensor, vocab_size: int, kind: HashKind) -> torch.Tensor:
+    """Hash of context tuples: ctx (..., |O|) int64 → (...) int64 (see module doc)."""
+    if kind == "sum":
+        return ctx.sum(-1)
+    weights = vocab_size ** torch.arange(ctx.shape[-1], dtype=torch.long, device=ctx.device)  # (|O|,)
+    return (ctx * weights).sum(-1)
+
+
+def pair_counter(hashes: torch.Tensor, tokens: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """PRF counter of (hash, token) pairs: h·V + v, broadcast over the inputs' shapes (int64)."""
+    return hashes * vocab_size + tokens
+
+
+def green_bits(seed: int, hashes: torch.Tensor, tokens: torch.Tensor, vocab_size: int, gamma: float) -> torch.Tensor:
+    """Keyed green bits G(h, v) = [PRF(seed, h·V + v) < γ], iid Bernoulli(γ) over (h, v) pairs.
+
+    Args:
+        seed: keyed seed of the green lists.
+        hashes, tokens: broadcastable int64 tensors.
+
+    Returns:
+        bool tensor of the broadcast shape.
+    """
+    return keyed_uniform(seed, pair_counter(hashes, tokens, vocab_size), dtype=torch.float64) < gamma
+
+
+def first_occurrence(keys: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
+    """True at the first occurrence (along dim 1) of each key among the ``ok`` positions.
+
+    Args:
+        keys: (B, N) int64 (non-negative).
+        ok: (B, N) bool.
+
+    Returns:
+        (B, N) bool, False wherever ``ok`` is False.
+    """
+    B, N = keys.shape
+    if N == 0:
+        return ok.clone()
+    # positions that are not ok get distinct negative keys, so they never match anything
+    sentinel = -1 - torch.arange(N, device=keys.device, dtype=torch.long).expand(B, -1)
+    k = torch.where(ok, keys, sentinel)  # (B, N)
+    sk, order = torch.sort(k, dim=1, stable=True)  # stable: equal keys keep position order
+    new = torch.ones_like(sk, dtype=torch.bool)
+    new[:, 1:] = sk[:, 1:] != sk[:, :-1]  # (B, N) in sorted order
+    first = torch.empty_like(new).scatter_(1, order, new)  # back to position order
+    return first & ok
+
+
+def _np(x: torch.Tensor) -> np.ndarray:
+    return x.detach().to(torch.float64).cpu().numpy()
+
+
+def _log_p(logsf: np.ndarray, n: np.ndarray) -> torch.Tensor:
+    """log p-values as float64, 0 (p = 1) where nothing was scored."""
+    return torch.from_numpy(np.where(n > 0, np.minimum(logsf, 0.0), 0.0)).to(torch.float64)
+
+
+def binomial_logsf(k: torch.Tensor, n: torch.Tensor, p: float) -> torch.Tensor:
+    """Exact log P(X >= k) for X ~ Binomial(n, p); k, n (B,) → (B,) float64 (0 where n = 0)."""
+    nn = _np(n)
+    return _log_p(stats.binom.logsf(_np(k) - 1.0, nn, p), nn)
+
+
+def hypergeom_logsf(k: torch.Tensor, population: int, successes: int, draws: torch.Tensor) -> torch.Tensor:
+    """Exact log P(X >= k) for X ~ Hypergeometric(population, successes, draws) → (B,) float64."""
+    nn = _np(draws)
+    return _log_p(stats.hypergeom.logsf(_np(k) - 1.0, population, successes, nn), nn)
+
+
+def gamma_logsf(s: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """Exact log P(S >= s) for S ~ Gamma(n, 1), a sum of n iid Exp(1) → (B,) float64 (0 where n = 0)."""
+    nn = _np(n)
+    return _log_p(stats.gamma.logsf(_np(s), np.maximum(nn, 1.0)), nn)
+
+
+def standardise(stat: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+    """(stat - mean) / sqrt(var) in float64, 0 where var = 0."""
+    stat, mean, var = stat.double(), mean.double(), var.double()
+    return torch.where(var > 0, (stat - mean) / var.clamp_min(1e-300).sqrt(), torch.zeros_like(stat))
+
+
+def scores_from_log_p(log_p: torch.Tensor, z: torch.Tensor, n: torch.Tensor, method: str) -> SchemeScores:
+    """:class:`SchemeScores` whose ``score`` is −log10 p (so the analytic threshold −log10 α is exact)."""
+    return SchemeScores(
+        score=(-log_p / math.log(10.0)).double(), z=z.double(), p_value=log_p.exp().double(),
+        n_scored=n.long(), p_value_method=method,
+    )
+
+
+def log10_threshold(alpha: float) -> float:
+    """Threshold −log10 α on a ``score`` defined as −log10 p.
+
+    Raises:
+        InputError: alpha outside (0, 1).
+    """
+    if not 0.0 < alpha < 1.0:
+        raise InputError(f"alpha must be in (0, 1), got {alpha}")
+    return -math.log10(alpha)
+
+
+# ============================================================================ KGW family
+class GreenListParams(ContextParams):
+    """Parameters of the context-keyed green-list schemes (``red-green-dlm``, ``kgw-naive``).
+
+    Attributes:
+        context, hash: see :class:`ContextParams`.
+        gamma: green ratio γ; G(h, v) ~ iid Bernoulli(γ) over (hash, token) pairs.
+        delta: tilt strength δ (a logit shift, before the sampler's temperature).
+        min_tokens: shortest text the detector accepts.
+    """
+
+    gamma: float = Field(0.25, gt=0, lt=1)
+    delta: float = Field(2.0, ge=0)
+    min_tokens: int = Field(16, ge=1)
+
+
+class ContextGreenListScheme(WatermarkScheme):
+    """Shared key, green lists and detector of the context-keyed green-list schemes.
+
+    Green lists (Kirchenbauer et al. 2023, with the SumHash context of Gloaguen et al. 2025 §3):
+    G(h, v) = [PRF(k_green, h·V + v) < γ] with h the hash of the context tokens.
+
+    Detection (Gloaguen et al. 2025 §3, "repeated (context, token) pairs removed"): the positions
+    whose whole context lies inside the text are scored once per distinct (hash, token) pair — the
+    green bits of distinct pairs are iid Bernoulli(γ) under a random key, so the green count g of
+    n distinct pairs is Binomial(n, γ) and the one-sided binomial p-value P(X >= g) is exact.
+    (The reference code removes repeated (context tuple, token) pairs; two SumHash-colliding
+    contexts share green bits, so removing repeated (hash, token) pairs is what exactness needs.)
+    ``score`` = −log10 p, ``z`` = (g − γn)/√(nγ(1−γ)) (KGW's z-score).
+
+    Args:
+        params: validated ``Params``.
+        key: :class:`sketchwm.keys.WatermarkKey`.
+        vocab_size: V.
+        device: where tables live.
+    """
+
+    Params = GreenListParams
+    #: HMAC domain of the green-list seed; both KGW-family schemes share it, so one key marks both.
+    seed_domain = "baselines/green-list"
+
+    def __init__(self, params: Any, key: Any, vocab_size: int, device="cpu"):
+        super().__init__(params, key, vocab_size, device)
+        self.min_tokens = self.params.min_tokens
+        self._seed = key.seed(self.seed_domain)
+
+    def green(self, hashes: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """G(h, v) for broadcastable hashes and tokens → bool."""
+        return green_bits(self._seed, hashes, tokens, self.vocab_size, self.params.gamma)
+
+    def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
+        """Binomial test on the green count of distinct (hash, token) pairs; ids, valid (B, N)."""
+        p = self.params
+        ids, valid = check_ids(ids.to(self.device), valid.to(self.device), self.vocab_size)
+        ctx, ok = gather_context(ids, valid, p.context)  # (B, N, |O|), (B, N)
+        h = context_hash(ctx, self.vocab_size, p.hash)  # (B, N)
+        keep = first_occurrence(pair_counter(h, ids, self.vocab_size), valid & ok)  # (B, N)
+        g = (self.green(h, ids) & keep).sum(1)  # (B,)
+        n = keep.sum(1)  # (B,)
+        z = standardise(g, p.gamma * n, n * p.gamma * (1 - p.gamma))
+        return scores_from_log_p(binomial_logsf(g, n, p.gamma), z, n, "exact binomial (distinct hash-token pairs)")
+
+    def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
+        """−log10 α: ``score`` is −log10 of an exact p-value, so this holds at every length."""
+        return log10_threshold(alpha)

