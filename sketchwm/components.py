@@ -239,11 +239,20 @@ class DLMBackend(Component):
     sampler_defaults: dict[str, Any] = {}
 
     @abstractmethod
-    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def logits(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Denoiser logits aligned with the input: (B, L) int64 → (B, L, V) float32.
 
         Position i of the output is the model's marginal (as logits) for token i. Backends whose
         model predicts the next position (Dream) shift internally.
+
+        Args:
+            input_ids: (B, L) int64.
+            attention_mask: (B, L) bool/int, 1 on real tokens, or None.
+            positions: (B, L) bool, the positions whose logits are needed, or None for all. A backend
+                may compute only those (the LM head dominates the cost of small models) and leave
+                finite placeholder values elsewhere.
         """
 
     # ---------------------------------------------------------------- text helpers
@@ -271,7 +280,8 @@ class DenoiseStep:
         total_steps: T.
         tokens: (B, G) int64, current generation-region tokens (``mask_token_id`` where masked).
         masked: (B, G) bool, M_t restricted to the generation region.
-        logits: (B, G, V) float32, the model's marginals as logits (banned ids at -inf).
+        logits: (B, G, V) float32, the model's marginals as logits at the masked positions (banned ids
+            at -inf); rows of unmasked positions hold unspecified finite values.
         prompt_ids: (B, P) int64, left-padded prompts.
         prompt_mask: (B, P) bool, True on real prompt tokens.
         block: (start, end) of the block being decoded, in generation-region coordinates.

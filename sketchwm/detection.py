@@ -299,6 +299,26 @@ class Detector:
         )
 
 
+def adaptive_bins(lengths: torch.Tensor, grid: Sequence[int], min_per_bin: int) -> list[tuple[int, int]]:
+    """Merge consecutive bins of ``grid`` until each holds >= ``min_per_bin`` of ``lengths``.
+
+    Returns a list of (lo, hi) covering [0, ∞) (the first bin starts at 0, the last ends at 2**30).
+    """
+    edges = sorted(set([0, *grid, 1 << 30]))
+    bins: list[tuple[int, int]] = []
+    lo = edges[0]
+    for hi in edges[1:]:
+        if int(((lengths >= lo) & (lengths < hi)).sum()) >= min_per_bin:
+            bins.append((lo, hi))
+            lo = hi
+    if not bins:
+        return [(0, 1 << 30)]
+    if lo < (1 << 30):  # leftover tail joins the last bin
+        bins[-1] = (bins[-1][0], 1 << 30)
+    bins[0] = (0, bins[0][1])
+    return bins
+
+
 def calibrate(
     detector: Detector,
     id_lists: Sequence[Sequence[int]],
@@ -306,31 +326,36 @@ def calibrate(
     alpha: float = 0.01,
     bin_edges: Sequence[int] = DEFAULT_BIN_EDGES,
     source: str = "",
-    min_per_bin: int = 1,
+    min_per_bin: int | None = None,
 ) -> Calibration:
     """Empirical τ_N per length bin from unwatermarked texts (§4.3).
+
+    Bins of ``bin_edges`` are merged until each holds at least ``min_per_bin`` texts (default
+    ⌈2/α⌉, e.g. 200 at α = 1%), so every threshold is a finite conformal quantile; the bins cover all
+    lengths (lengths outside the calibrated range use the first or last bin).
 
     Args:
         detector: a detector (its scheme and key define the score).
         id_lists: null texts as token-id lists.
         model_id: identifier of the model (or "human").
         alpha: target false-positive rate.
-        bin_edges: increasing bin edges; bins with fewer than ``min_per_bin`` texts are dropped.
+        bin_edges: candidate bin edges (increasing).
         source: description of the null texts.
+        min_per_bin: minimum texts per bin.
 
     Raises:
-        CalibrationError: no bin has enough texts; fewer than ⌈1/α⌉ − 1 texts in a bin gives τ = +inf
-            (never a false positive, noted as such).
+        CalibrationError: fewer than ⌈1/α⌉ − 1 null texts in all (no finite (1−α) quantile exists).
     """
+    need = math.ceil(1 / alpha) - 1
+    if len(id_lists) < need:
+        raise CalibrationError(f"calibrating at alpha={alpha} needs at least {need} unwatermarked texts, got {len(id_lists)}")
+    min_per_bin = min(len(id_lists), min_per_bin or math.ceil(2 / alpha))
     res = detector.detect_ids(id_lists)
     n = torch.tensor([len(x) for x in id_lists])
     bins = []
-    for lo, hi in zip(bin_edges[:-1], bin_edges[1:]):
+    for lo, hi in adaptive_bins(n, bin_edges, min_per_bin):
         sel = (n >= lo) & (n < hi)
-        if int(sel.sum()) >= min_per_bin:
-            bins.append(LengthBin(lo=int(lo), hi=int(hi), n=int(sel.sum()), tau=conformal_quantile(res.score[sel], alpha)))
-    if not bins:
-        raise CalibrationError("no length bin has enough unwatermarked texts to calibrate")
+        bins.append(LengthBin(lo=int(lo), hi=int(hi), n=int(sel.sum()), tau=conformal_quantile(res.score[sel], alpha)))
     return Calibration(
         key_fingerprint=detector.key_fingerprint, scheme=detector.scheme.name,
         scheme_config_hash=config_hash(detector.scheme.params), model_id=model_id, tokenizer=detector.tokenizer_fp,

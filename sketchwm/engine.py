@@ -226,13 +226,32 @@ class MaskedDiffusionSampler:
             schedule = transfer_schedule((gen[:, b0:b1] == be.mask_token_id).sum(1), steps_per_block)  # (B, S)
             for s in range(steps_per_block):
                 masked = gen == be.mask_token_id  # (B, G)
+                eligible = masked & in_block[None, :]  # (B, G)
+                k = schedule[:, s]  # (B,)
+                # random remasking does not depend on the marginals: pick the positions first
+                fast_random = cfg.remasking == "random" and (self.scheme is None or not self._scheme_sets_confidence())
+                if fast_random:
+                    conf = torch.rand((B, G), generator=generator, device=device)
+                    conf = torch.where(eligible, conf, torch.full_like(conf, float("-inf")))
+                    kmax = int(k.max())
+                    if kmax == 0:
+                        step_idx += 1
+                        continue
+                    pos = conf.topk(kmax, dim=1).indices  # (B, kmax)
+                    ok = torch.arange(kmax, device=device)[None, :] < k[:, None]  # (B, kmax)
+                    chosen = torch.zeros_like(masked).scatter(1, pos, ok)
+                # marginals needed: every masked position for a scheme (eq. 5 uses all of M_t), else only
+                # the positions that can be committed at this step
+                need = masked if self.scheme is not None else (chosen if fast_random else eligible)
                 x = torch.cat([prompt_ids, gen], dim=1)  # (B, P+G)
-                logits = be.logits(x, attn)[:, P:, :].float()  # (B, G, V)
+                positions = torch.cat([torch.zeros_like(prompt_mask), need], dim=1)  # (B, P+G)
+                logits = be.logits(x, attn, positions)[:, P:, :].float()  # (B, G, V)
                 if logits.shape != (B, G, V):
                     raise InputError(f"backend '{be.name}' returned logits of shape {tuple(logits.shape)}, expected {(B, G, V)}")
                 if banned.numel():
                     logits[..., banned] = float("-inf")
-                if not torch.isfinite(logits.amax(-1)).all():  # amax propagates NaN; catches +inf and all -inf rows
+                # amax propagates NaN: catches NaN, +inf and rows that are all -inf
+                if not bool(torch.isfinite(logits.amax(-1))[need].all()):
                     raise InputError(f"backend '{be.name}' returned NaN or inf logits at step {step_idx}")
                 state = DenoiseStep(
                     step=step_idx, total_steps=cfg.steps, tokens=gen, masked=masked, logits=logits,
@@ -242,27 +261,15 @@ class MaskedDiffusionSampler:
                 uniforms = None
                 if self.scheme is not None:
                     logits = self.scheme.process_logits(state)  # (B, G, V)
-                    if torch.isnan(logits.amax(-1)).any():
+                    if bool(torch.isnan(logits.amax(-1))[need].any()):
                         raise InputError(f"scheme '{self.scheme.name}' produced NaN logits at step {step_idx}")
                     state.logits = logits
                     uniforms = self.scheme.sampling_uniforms(state)  # (B, G, V) or None
-                eligible = masked & in_block[None, :]  # (B, G)
-                k = schedule[:, s]  # (B,)
-                if cfg.remasking == "random" and (self.scheme is None or not self._scheme_sets_confidence()):
-                    # choose positions first, then sample only there: (B, kmax, V) instead of (B, G, V)
-                    conf = torch.rand((B, G), generator=generator, device=device)
-                    conf = torch.where(eligible, conf, torch.full_like(conf, float("-inf")))
-                    kmax = int(k.max())
-                    if kmax == 0:
-                        step_idx += 1
-                        if bar is not None:
-                            bar.update(1)
-                        continue
-                    pos = conf.topk(kmax, dim=1).indices  # (B, kmax)
+                if fast_random:
+                    # sample only at the chosen positions: (B, kmax, V) instead of (B, G, V)
                     sel = torch.gather(logits, 1, pos[..., None].expand(-1, -1, V))  # (B, kmax, V)
                     u_sel = None if uniforms is None else torch.gather(uniforms, 1, pos[..., None].expand(-1, -1, V))
                     x_sel, _ = self._sample(sel, u_sel, generator, need_conf=False)  # (B, kmax)
-                    ok = torch.arange(kmax, device=device)[None, :] < k[:, None]  # (B, kmax)
                     cur = torch.gather(gen, 1, pos)
                     gen = gen.scatter(1, pos, torch.where(ok, x_sel, cur))
                 else:
@@ -275,8 +282,8 @@ class MaskedDiffusionSampler:
                     commit = (rank < k[:, None]) & eligible
                     gen = torch.where(commit, x0, gen)
                 step_idx += 1
-                if bar is not None:
-                    bar.update(1)
+            if bar is not None:
+                bar.update(steps_per_block)
         if bar is not None:
             bar.close()
         lengths = torch.full((B,), G, dtype=torch.long, device=device)

@@ -90,9 +90,9 @@ def test_detection_bad_inputs(wm, tiny):
 
 def test_nan_logits_are_refused(tiny):
     class NaNBackend(type(tiny)):
-        def logits(self, input_ids, attention_mask=None):
+        def logits(self, input_ids, attention_mask=None, positions=None):
             out = super().logits(input_ids, attention_mask)
-            out[0, -1, 7] = float("nan")
+            out[0, :, 7] = float("nan")
             return out
 
     be = NaNBackend({"path": "tiny", "device": "cpu"}, model=tiny.model, tokenizer=tiny.tokenizer)
@@ -144,3 +144,16 @@ def test_multi_key_attribution_ranks_true_member_first(builtin_registry, tiny):
     assert att.indices[:, 0].tolist() == [m for m in members for _ in range(2)]
     assert float(att.p_value_fwer[:, 0].median()) < 0.05  # 64 tokens over a ~100-word vocabulary: modest power
     assert bool((att.p_value_fwer >= att.p_value).all())
+
+
+def test_calibration_needs_enough_texts_and_bins_cover_all_lengths(wm):
+    from sketchwm.detection import adaptive_bins
+
+    null = wm.generate(PROMPTS, seed=4, watermark=False).token_lists()
+    with pytest.raises(CalibrationError, match="at least 99"):
+        wm.calibrate(id_lists=null, alpha=0.01)
+    lengths = torch.tensor([20] * 30 + [70] * 5 + [300] * 30)
+    bins = adaptive_bins(lengths, [16, 32, 64, 96, 128, 256, 512], 20)
+    assert bins[0][0] == 0 and bins[-1][1] == 1 << 30
+    assert all(a[1] == b[0] for a, b in zip(bins, bins[1:]))
+    assert all(int(((lengths >= lo) & (lengths < hi)).sum()) >= 20 for lo, hi in bins)

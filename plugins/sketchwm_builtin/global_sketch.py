@@ -223,9 +223,14 @@ class GlobalSketchScheme(WatermarkScheme):
         Returns:
             (B, V) float32.
         """
-        N = tokens.shape[1]
-        probs = torch.softmax(logits, dim=-1)  # (B, G, V)
-        mass = torch.bmm(masked.to(probs.dtype)[:, None, :], probs)[:, 0]  # (B, V) = Σ_{i∈M_t} p_i
+        B, N = tokens.shape
+        if float(masked.float().mean()) > 0.5:
+            probs = torch.softmax(logits, dim=-1)  # (B, G, V)
+            mass = torch.bmm(masked.to(probs.dtype)[:, None, :], probs)[:, 0]  # (B, V) = Σ_{i∈M_t} p_i
+        else:  # few masked positions: softmax only those rows
+            b_idx, g_idx = masked.nonzero(as_tuple=True)
+            probs = torch.softmax(logits[b_idx, g_idx], dim=-1)  # (M, V)
+            mass = torch.zeros(B, logits.shape[-1], dtype=probs.dtype, device=logits.device).index_add_(0, b_idx, probs)
         frozen = self.sketch.counts(tokens.clamp(0, self.vocab_size - 1), ~masked)  # (B, V)
         h_hat = self.sketch.expected_sketch(frozen, mass, N)  # (B, D), eq. 5
         r = self.score_fn.residual(self.u, h_hat)  # (B, D)

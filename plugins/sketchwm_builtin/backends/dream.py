@@ -41,7 +41,9 @@ class DreamBackend(LLaDABackend):
         self.model_id = f"{self.name}:{os.path.basename(os.path.normpath(p.path)) or type(self.model).__name__}"
         self.sampler_defaults = {"remasking": "entropy", "temperature": 0.2}
 
-    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def logits(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """(B, L) int64 → (B, L, V) float32, shifted so position i is the marginal of token i."""
         ids = input_ids.to(self.device)
         kwargs = {}

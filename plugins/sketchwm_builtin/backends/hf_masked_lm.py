@@ -111,10 +111,36 @@ class HFMaskedLMBackend(DLMBackend):
         self.model_id = f"{self.name}:{os.path.basename(os.path.normpath(self.params.path)) or type(self.model).__name__}"
         self.sampler_defaults = {}
 
-    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, L) int64 → (B, L, V) float32; see :meth:`DLMBackend.logits`."""
+    def _encoder_and_head(self) -> tuple[Any, Any] | None:
+        """(encoder, LM head) of BERT- and RoBERTa-style masked LMs, or None if unknown."""
+        m = self.model
+        enc = getattr(m, "base_model", None)
+        for head_name in ("cls", "lm_head"):
+            head = getattr(m, head_name, None)
+            if enc is not None and enc is not m and head is not None:
+                return enc, head
+        return None
+
+    def logits(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """(B, L) int64 → (B, L, V) float32; see :meth:`DLMBackend.logits`.
+
+        With ``positions``, the LM head runs only on those positions (zeros elsewhere).
+
+        Raises:
+            ConfigError: the sequence is longer than the model supports.
+        """
         if input_ids.shape[1] > self.max_length:
             raise ConfigError(f"sequence of {input_ids.shape[1]} tokens exceeds the model's maximum of {self.max_length}")
+        ids = input_ids.to(self.device)
         am = None if attention_mask is None else attention_mask.to(self.device).long()
-        out = self.model(input_ids=input_ids.to(self.device), attention_mask=am)
-        return out.logits.float()
+        split = self._encoder_and_head() if positions is not None else None
+        if split is None:
+            return self.model(input_ids=ids, attention_mask=am).logits.float()
+        enc, head = split
+        hidden = enc(input_ids=ids, attention_mask=am).last_hidden_state  # (B, L, H)
+        pos = positions.to(self.device)
+        out = torch.zeros(ids.shape[0], ids.shape[1], self.vocab_size, dtype=torch.float32, device=self.device)
+        out[pos] = head(hidden[pos]).float()  # (M, V) only where needed
+        return out

@@ -68,7 +68,9 @@ class LLaDABackend(HFMaskedLMBackend):
         self.model_id = f"{self.name}:{os.path.basename(os.path.normpath(p.path)) or type(self.model).__name__}"
         self.sampler_defaults = {"block_length": 32, "remasking": "low_confidence", "temperature": 0.0}
 
-    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def logits(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """(B, L) int64 → (B, L, V) float32. EoT logits are merged into EOS so one id ends a text."""
         ids = input_ids.to(self.device)
         kwargs = {}

@@ -60,7 +60,9 @@ class MDLMBackend(HFMaskedLMBackend):
         self.model_id = f"{self.name}:{os.path.basename(os.path.normpath(p.path)) or type(self.model).__name__}"
         self.sampler_defaults = {"remasking": "random", "temperature": 1.0}
 
-    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def logits(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """(B, L) int64 → (B, L, V) float32 (MDLM-OWT is time-agnostic: timesteps = 0)."""
         ids = input_ids.to(self.device)
         t = torch.zeros(ids.shape[0], device=self.device)
