@@ -24,7 +24,7 @@ from .engine import GenerationOutput, MaskedDiffusionSampler
 from .errors import InputError
 from .keys import WatermarkKey
 
-__all__ = ["WatermarkConfig", "Watermarker", "keygen", "generate", "detect", "calibrate", "concat_outputs"]
+__all__ = ["WatermarkConfig", "Watermarker", "keygen", "generate", "detect", "calibrate", "concat_outputs", "estimate_token_prior"]
 
 
 class WatermarkConfig(StrictModel):
@@ -34,11 +34,14 @@ class WatermarkConfig(StrictModel):
         scheme: registered scheme name and params (default ``global-sketch``).
         backend: registered backend name and params (default ``default``, the embedded DLM).
         sampler: :class:`sketchwm.engine.SamplerConfig` fields (unset fields use the backend's defaults).
+        tokenizer: fingerprint of the tokenizer the watermark was made with; detection with another
+            tokenizer raises :class:`TokenizerMismatchError` (None: not checked).
     """
 
     scheme: ComponentSpec = ComponentSpec(name="global-sketch")
     backend: ComponentSpec = ComponentSpec(name="default")
     sampler: dict[str, Any] = {}
+    tokenizer: str | None = None
 
 
 def concat_outputs(outs: Sequence[GenerationOutput]) -> GenerationOutput:
@@ -136,7 +139,8 @@ class Watermarker:
         """A :class:`Detector` for this key and scheme (calibration: object or JSON path)."""
         if calibration is not None and not isinstance(calibration, Calibration):
             calibration = Calibration.load(calibration)
-        return Detector(self.scheme, self.backend.tokenizer, self.key.fingerprint, alpha=alpha, calibration=calibration)
+        return Detector(self.scheme, self.backend.tokenizer, self.key.fingerprint, alpha=alpha, calibration=calibration,
+                        expected_tokenizer=self.config.tokenizer)
 
     def detect(self, texts: Sequence[str], calibration: Any = None, alpha: float = 0.01) -> DetectionResult:
         """Detect the watermark in texts (see :class:`Detector`)."""
@@ -163,6 +167,32 @@ class Watermarker:
                 raise InputError("calibrate needs unwatermarked texts or id lists")
             id_lists = det.tokenize(texts)
         return _calibrate(det, id_lists, model_id or self.backend.model_id, alpha=alpha, source=source, **kwargs)
+
+
+def estimate_token_prior(
+    watermarker: "Watermarker", prompts: Sequence[str], path: str | os.PathLike, seed: int = 0, **sampler_overrides: Any
+) -> dict[str, Any]:
+    """Estimate π_tok from unwatermarked samples of the model and save the counts (paper eq. 4).
+
+    Args:
+        watermarker: supplies the backend and sampler settings.
+        prompts: prompts to sample from (one sample each).
+        path: where to write the counts (``.npy``, V float64 entries, add-one smoothed).
+
+    Returns:
+        a ``prior`` spec for :class:`GlobalSketchParams`: ``{"source": "file", "path", "sha256"}``.
+    """
+    import hashlib
+
+    import numpy as np
+
+    out = watermarker.generate(prompts, seed=seed, watermark=False, **sampler_overrides)
+    counts = torch.ones(watermarker.backend.vocab_size, dtype=torch.float64)
+    for ids in out.token_lists():  # per sample; the count itself is one vectorised bincount
+        counts += torch.bincount(torch.as_tensor(ids, dtype=torch.long), minlength=counts.numel()).double()
+    np.save(path, counts.numpy())
+    digest = hashlib.sha256(counts.numpy().tobytes()).hexdigest()
+    return {"source": "file", "path": str(path), "sha256": digest}
 
 
 def keygen(path: str | os.PathLike, overwrite: bool = False) -> WatermarkKey:

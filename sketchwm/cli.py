@@ -71,9 +71,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
                                 "temperature": args.temperature, "remasking": args.remasking}.items() if v is not None}
     out = wm.generate(prompts, seed=args.seed, watermark=not args.no_watermark, batch_size=args.batch_size,
                       progress=not args.quiet, **over)
+    tok_fp = wm.backend.tokenizer_fingerprint
     records = [
         {"prompt": p, "text": t, "n_tokens": int(n), "watermarked": not args.no_watermark,
-         "scheme": wm.config.scheme.name, "key_fingerprint": wm.key.fingerprint, "seed": args.seed}
+         "scheme": wm.config.scheme.name, "key_fingerprint": wm.key.fingerprint, "tokenizer": tok_fp, "seed": args.seed}
         for p, t, n in zip(out.prompts, out.texts, out.lengths.tolist())
     ]
     write_jsonl_atomic(args.out, records)
@@ -85,6 +86,14 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
     wm = _watermarker(args)  # key errors first, before reading (possibly) stdin
     recs = read_records(args.input)
+    recorded = {r["tokenizer"] for r in recs if isinstance(r.get("tokenizer"), str)}
+    if recorded and recorded != {wm.backend.tokenizer_fingerprint}:
+        from .errors import TokenizerMismatchError
+
+        raise TokenizerMismatchError(
+            f"the input was generated with tokenizer {', '.join(sorted(recorded))}, but the detector's backend uses "
+            f"tokenizer {wm.backend.tokenizer_fingerprint}: pass the generating --backend"
+        )
     res = wm.detect([r["text"] for r in recs], calibration=args.calibration, alpha=args.alpha)
     rows = res.to_records()
     if args.json:

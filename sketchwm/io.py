@@ -39,17 +39,26 @@ def read_records(path: str) -> list[dict[str, Any]]:
         raise InputError(f"input {path!r} is empty")
     lines = [ln for ln in raw.splitlines() if ln.strip()]
     if lines and lines[0].lstrip().startswith("{"):
-        out = []
-        for i, ln in enumerate(lines, 1):
-            try:
-                rec = json.loads(ln)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}: line {i} is not valid JSON: {exc.msg}") from None
-            if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
-                raise InputError(f"{path}: line {i} has no string field 'text'")
-            out.append(rec)
-        return out
+        return _parse_jsonl(lines, path, ("text",))
     return [{"text": raw.strip()}]
+
+
+def _parse_jsonl(lines: list[str], path: str, fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Parse JSONL lines; each must be an object with a string value in one of ``fields``.
+
+    Raises:
+        InputError: naming the line that is not JSON or lacks the field.
+    """
+    out = []
+    for i, ln in enumerate(lines, 1):
+        try:
+            rec = json.loads(ln)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{path}: line {i} is not valid JSON: {exc.msg}") from None
+        if not isinstance(rec, dict) or not any(isinstance(rec.get(f), str) for f in fields):
+            raise InputError(f"{path}: line {i} has no string field {' or '.join(repr(f) for f in fields)}")
+        out.append(rec)
+    return out
 
 
 def read_texts(path: str) -> list[str]:
@@ -62,17 +71,8 @@ def read_lines(path: str) -> list[str]:
     raw = _read_source(path)
     lines = [ln.strip() for ln in raw.splitlines() if ln.strip()]
     if lines and lines[0].startswith("{"):
-        out = []
-        for i, ln in enumerate(lines, 1):
-            try:
-                rec = json.loads(ln)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}: line {i} is not valid JSON: {exc.msg}") from None
-            val = rec.get("prompt", rec.get("text")) if isinstance(rec, dict) else None
-            if not isinstance(val, str):
-                raise InputError(f"{path}: line {i} has no string field 'prompt' or 'text'")
-            out.append(val)
-        return out
+        recs = _parse_jsonl(lines, path, ("prompt", "text"))
+        return [r["prompt"] if isinstance(r.get("prompt"), str) else r["text"] for r in recs]
     if not lines:
         raise InputError(f"input {path!r} has no prompts")
     return lines

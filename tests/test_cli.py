@@ -56,6 +56,7 @@ def test_generate_detect_round_trip_on_default_model(tmp_path, capsys):
         (["generate", "--key", "KEY", "--prompt", "hi", "--scheme", "global-skech"], "did you mean 'global-sketch'"),
         (["generate", "--key", "KEY", "--prompt", "hi", "--scheme-params", '{"nope": 1}'], "unknown field 'nope'"),
         (["detect", "--key", "KEY", "--input", "BADJSONL"], "not valid JSON"),
+        (["detect", "--key", "KEY", "--input", "WRONGTOK"], "generated with tokenizer"),
     ],
 )
 def test_bad_input_gives_one_line_error(tmp_path, capsys, args, msg):
@@ -64,7 +65,9 @@ def test_bad_input_gives_one_line_error(tmp_path, capsys, args, msg):
     (tmp_path / "empty.txt").write_text("  \n")
     (tmp_path / "short.txt").write_text("too short")
     (tmp_path / "bad.jsonl").write_text('{"text": "ok"}\n{broken\n')
-    subst = {"KEY": str(key), "EMPTY": str(tmp_path / "empty.txt"), "SHORT": str(tmp_path / "short.txt"), "BADJSONL": str(tmp_path / "bad.jsonl")}
+    (tmp_path / "tok.jsonl").write_text(json.dumps({"text": "a long enough text " * 5, "tokenizer": "0123456789abcdef"}) + "\n")
+    subst = {"KEY": str(key), "EMPTY": str(tmp_path / "empty.txt"), "SHORT": str(tmp_path / "short.txt"),
+             "BADJSONL": str(tmp_path / "bad.jsonl"), "WRONGTOK": str(tmp_path / "tok.jsonl")}
     capsys.readouterr()
     code, _, err = run([subst.get(a, a) for a in args], capsys)
     assert code == 2

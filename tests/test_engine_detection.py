@@ -157,3 +157,26 @@ def test_calibration_needs_enough_texts_and_bins_cover_all_lengths(wm):
     assert bins[0][0] == 0 and bins[-1][1] == 1 << 30
     assert all(a[1] == b[0] for a, b in zip(bins, bins[1:]))
     assert all(int(((lengths >= lo) & (lengths < hi)).sum()) >= 20 for lo, hi in bins)
+
+
+def test_token_prior_from_model_samples_is_pinned_by_sha256(wm, tmp_path):
+    import numpy as np
+
+    from sketchwm.api import estimate_token_prior
+
+    spec = estimate_token_prior(wm, PROMPTS, tmp_path / "prior.npy", seed=2)
+    cfg = {"scheme": {"name": "global-sketch", "params": {"prior": spec}}}
+    w2 = Watermarker(wm.key, cfg, backend=wm.backend, registry=wm.registry)
+    assert w2.scheme.prior_desc["sha256"] == spec["sha256"] and w2.scheme.sketch.report()["balanced"]
+    counts = np.load(tmp_path / "prior.npy")
+    counts[0] += 1
+    np.save(tmp_path / "prior.npy", counts)
+    with pytest.raises(ConfigError, match="SHA-256 mismatch"):
+        Watermarker(wm.key, cfg, backend=wm.backend, registry=wm.registry).scheme
+
+
+def test_config_tokenizer_fingerprint_is_enforced(wm):
+    cfg = {**wm.config.model_dump(), "tokenizer": "ffffffffffffffff"}
+    w2 = Watermarker(wm.key, cfg, backend=wm.backend, registry=wm.registry)
+    with pytest.raises(TokenizerMismatchError):
+        w2.detect(["the water is long and the day is new and people go"])
