@@ -187,7 +187,7 @@ class _SketchScore(ScoreFunction):
 class PenalizedParams(StrictModel):
     """Attributes: gamma: γ in λ = γ√w (paper §4.1)."""
 
-    gamma: float = Field(1.0, gt=0)
+    gamma: float = Field(0.25, gt=0)
 
 
 class PenalizedScore(_SketchScore):
