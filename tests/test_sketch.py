@@ -123,7 +123,7 @@ def test_tilt_equals_equation_7(key):
             for r in range(2):
                 H[r * 16 + sch.sketch.buckets[r, v]] += sch.sketch.signs[r, v]
     h_hat = H / math.sqrt(N)
-    lam = 1.0 * math.sqrt(16)
+    lam = sch.score_fn.params.gamma * math.sqrt(16)
     r_vec = sch.u - lam * h_hat
     a = torch.tensor([sum(float(r_vec[r * 16 + sch.sketch.buckets[r, v]] * sch.sketch.signs[r, v]) for r in range(2)) for v in range(V)]) / math.sqrt(N)
     eta = 0.5 * math.sqrt(N)

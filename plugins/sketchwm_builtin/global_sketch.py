@@ -216,6 +216,19 @@ class GlobalSketchScheme(WatermarkScheme):
         """Remember N = gen_length for η_t and the 1/√N normalisation."""
         self._n_total = gen_length
 
+    def _softmax_into_buffer(self, logits: torch.Tensor) -> torch.Tensor:
+        """softmax(logits, -1) written into a buffer reused across steps (no fresh (B, G, V) allocation,
+        whose page faults cost as much as the softmax itself on CPU). The buffer is overwritten at the
+        next step; callers must not keep the result."""
+        buf = getattr(self, "_probs_buf", None)
+        if buf is None or buf.shape != logits.shape or buf.device != logits.device or buf.dtype != logits.dtype:
+            buf = torch.empty_like(logits, memory_format=torch.contiguous_format)
+            self._probs_buf = buf
+        try:
+            return torch.ops.aten._softmax.out(logits, -1, False, out=buf)
+        except (RuntimeError, AttributeError):  # an exotic backend without the out= kernel
+            return torch.softmax(logits, dim=-1)
+
     def token_gradient(self, logits: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
         """a_{k,t}(v) of eq. (6) for every token, from the state.
 
@@ -229,7 +242,7 @@ class GlobalSketchScheme(WatermarkScheme):
         """
         B, N = tokens.shape
         if float(masked.float().mean()) > 0.5:
-            probs = torch.softmax(logits, dim=-1)  # (B, G, V)
+            probs = self._softmax_into_buffer(logits)  # (B, G, V)
             mass = torch.bmm(masked.to(probs.dtype)[:, None, :], probs)[:, 0]  # (B, V) = Σ_{i∈M_t} p_i
         else:  # few masked positions: softmax only those rows
             b_idx, g_idx = masked.nonzero(as_tuple=True)
