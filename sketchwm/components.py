@@ -255,6 +255,14 @@ class DLMBackend(Component):
                 finite placeholder values elsewhere.
         """
 
+    def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, index: torch.Tensor) -> torch.Tensor:
+        """Logits at selected positions only: index (B, K) int64 into [0, L) → (B, K, V) float32.
+
+        Default: gathers from :meth:`logits`; backends override it to skip the LM head elsewhere.
+        """
+        full = self.logits(input_ids, attention_mask)  # (B, L, V)
+        return torch.gather(full, 1, index[..., None].expand(-1, -1, full.shape[-1]))
+
     # ---------------------------------------------------------------- text helpers
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Tokenise texts without special tokens → list of id lists."""

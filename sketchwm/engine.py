@@ -244,6 +244,17 @@ class MaskedDiffusionSampler:
                 # the positions that can be committed at this step
                 need = masked if self.scheme is not None else (chosen if fast_random else eligible)
                 x = torch.cat([prompt_ids, gen], dim=1)  # (B, P+G)
+                if fast_random and self.scheme is None:
+                    # base model, random remasking: logits only at the kmax chosen positions, (B, kmax, V)
+                    sel = be.logits_at(x, attn, pos + P).float()
+                    if banned.numel():
+                        sel[..., banned] = float("-inf")
+                    if not bool(torch.isfinite(sel.amax(-1))[ok].all()):
+                        raise InputError(f"backend '{be.name}' returned NaN or inf logits at step {step_idx}")
+                    x_sel, _ = self._sample(sel, None, generator, need_conf=False)  # (B, kmax)
+                    gen = gen.scatter(1, pos, torch.where(ok, x_sel, torch.gather(gen, 1, pos)))
+                    step_idx += 1
+                    continue
                 positions = torch.cat([torch.zeros_like(prompt_mask), need], dim=1)  # (B, P+G)
                 logits = be.logits(x, attn, positions)[:, P:, :].float()  # (B, G, V)
                 if logits.shape != (B, G, V):

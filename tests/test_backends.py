@@ -106,3 +106,15 @@ def test_default_backend_loads_shipped_or_standin_model():
     assert be.model_id.startswith("default:")
     out = be.logits(torch.tensor([[101, 1996, 103, 2003, 102]]))
     assert out.shape == (1, 5, 30522) and torch.isfinite(out).all()
+
+
+def test_logits_at_matches_full_logits(tiny):
+    x = torch.randint(0, tiny.vocab_size, (3, 12), generator=torch.Generator().manual_seed(0))
+    idx = torch.tensor([[0, 5], [11, 2], [7, 7]])
+    full = tiny.logits(x)
+    got = tiny.logits_at(x, None, idx)
+    assert got.shape == (3, 2, tiny.vocab_size)
+    assert torch.allclose(got, torch.gather(full, 1, idx[..., None].expand(-1, -1, full.shape[-1])), atol=1e-5)
+    pos = torch.zeros(3, 12, dtype=torch.bool)
+    pos[0, 3] = True
+    assert torch.allclose(tiny.logits(x, None, pos)[0, 3], full[0, 3], atol=1e-5)

@@ -95,9 +95,15 @@ def test_nan_logits_are_refused(tiny):
             out[0, :, 7] = float("nan")
             return out
 
+        def logits_at(self, input_ids, attention_mask, index):
+            out = super().logits_at(input_ids, attention_mask, index)
+            out[0, :, 7] = float("nan")
+            return out
+
     be = NaNBackend({"path": "tiny", "device": "cpu"}, model=tiny.model, tokenizer=tiny.tokenizer)
-    with pytest.raises(InputError, match="NaN or inf logits"):
-        MaskedDiffusionSampler(be, CFG).generate(["the water"])
+    for remasking in ("random", "low_confidence"):
+        with pytest.raises(InputError, match="NaN or inf logits"):
+            MaskedDiffusionSampler(be, {**CFG, "remasking": remasking}).generate(["the water"])
 
 
 def test_unknown_scheme_param(builtin_registry, tiny):

@@ -121,6 +121,20 @@ class HFMaskedLMBackend(DLMBackend):
                 return enc, head
         return None
 
+    def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, index: torch.Tensor) -> torch.Tensor:
+        """(B, L) int64, index (B, K) → (B, K, V) float32: the LM head runs on the K positions only."""
+        split = self._encoder_and_head()
+        if split is None:
+            return super().logits_at(input_ids, attention_mask, index)
+        if input_ids.shape[1] > self.max_length:
+            raise ConfigError(f"sequence of {input_ids.shape[1]} tokens exceeds the model's maximum of {self.max_length}")
+        enc, head = split
+        am = None if attention_mask is None else attention_mask.to(self.device).long()
+        hidden = enc(input_ids=input_ids.to(self.device), attention_mask=am).last_hidden_state  # (B, L, H)
+        idx = index.to(self.device)
+        picked = torch.gather(hidden, 1, idx[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, K, H)
+        return head(picked).float()
+
     def logits(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None
     ) -> torch.Tensor:
