@@ -221,7 +221,8 @@ class TextAttack(Attack):
 
         Raises:
             ConfigError: strength outside [0, 1].
-            InputError: texts not a sequence of strings, or ``token_ids``/``prompts`` of another length.
+            InputError: texts not a sequence of strings, ``token_ids``/``prompts`` of another length,
+                or ``generator`` not a ``torch.Generator``.
         """
         s = _check_strength(strength)
         if isinstance(texts, str):
@@ -278,12 +279,12 @@ class TextAttack(Attack):
 class WordAttack(TextAttack):
     """A :class:`TextAttack` that edits each text independently as a list of words.
 
-    Subclasses implement :meth:`_edit_words` (words → edited words, edit fraction, per-text meta).
+    Subclasses implement :meth:`_edit_words` (words → edited words, edit fraction).
     """
 
     def _edit(self, texts, strength, generator, *, token_ids=None, prompts=None) -> EditResult:
         outs, fracs = [], []
-        for text in texts:  # per text; each attack's loop is over its edits, not over a vocabulary
+        for text in texts:  # word edits are Python-level; the model-based attacks batch their forward passes
             words = text.split()
             if not words:
                 outs.append(text)

@@ -21,7 +21,7 @@ from typing import Any, Callable, ClassVar, Literal
 import torch
 from pydantic import Field
 
-from sketchwm.errors import InputError, ModelFileError
+from sketchwm.errors import ModelFileError
 
 from .base import AttackParams, EditResult, TextAttack, n_edits, sample_positions, split_sentences
 

@@ -337,29 +337,37 @@ class StealingScrub(TextAttack):
                 continue
             b = st.token_boosts(ids) + 1e-6 * torch.rand(len(ids), generator=generator)  # (N,) random tie-break
             masks.append(sorted(torch.topk(b, k).indices.tolist()))
-        original = [torch.as_tensor(ids, dtype=torch.long) for ids in encoded]
-        delta = self.params.delta
+        mask_id, delta, s0, w = be.mask_token_id, self.params.delta, st.token_score, st.config.context_weight
 
-        def penalise(x: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-            B, L, V = logits.shape
-            masked = x == be.mask_token_id
-            boost = st.boosts(x, masked)  # (B, L, V)
-            orig = torch.full((B, L), -1, dtype=torch.long)
-            for b in range(B):  # per row: the original tokens of this batch slice
-                o = rows_orig[b]
-                orig[b, : o.numel()] = o
-            out = logits - delta * boost
-            ban = masked & (orig >= 0)
-            bi, li = ban.nonzero(as_tuple=True)
-            out[bi, li, orig[bi, li]] = float("-inf")  # never put the original token back
-            return out
+        def make_penalty(orig_rows: list[list[int]]):
+            """A ``logit_hook`` for :func:`resample_masked` over a batch whose original rows are given."""
+            orig = torch.full((len(orig_rows), max(1, max(len(r) for r in orig_rows))), -1, dtype=torch.long)
+            for b, r in enumerate(orig_rows):  # per row: building the batch
+                orig[b, : len(r)] = torch.as_tensor(r, dtype=torch.long)
+
+            def penalise(x: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+                """logits (B, L, V) - δ · boost at masked positions, whose original token is banned."""
+                masked = x == mask_id  # (B, L)
+                bi, li = masked.nonzero(as_tuple=True)  # (M,), (M,)
+                prev = torch.where(li > 0, x[bi, (li - 1).clamp(min=0)], torch.full_like(li, -1))  # (M,)
+                prev = torch.where((li > 0) & masked[bi, (li - 1).clamp(min=0)], torch.full_like(prev, -1), prev)
+                boost = s0[None, :] + w * st.context_rows(prev) if w > 0 else s0[None, :]  # (M, V)
+                out = logits.clone()
+                out[bi, li] -= delta * boost
+                o = orig[bi, li.clamp(max=orig.shape[1] - 1)]  # (M,)
+                keep = o >= 0
+                out[bi[keep], li[keep], o[keep]] = float("-inf")  # never put the original token back
+                return out
+
+            return penalise
 
         new: list[list[int]] = []
         for b0 in range(0, len(encoded), 16):
-            rows_orig = original[b0 : b0 + 16]
+            rows = encoded[b0 : b0 + 16]
             new.extend(
-                resample_masked(be, encoded[b0 : b0 + 16], masks[b0 : b0 + 16], generator, steps=self.params.steps,
-                                temperature=self.params.temperature, remasking="low_confidence", logit_hook=penalise)
+                resample_masked(be, rows, masks[b0 : b0 + 16], generator, steps=self.params.steps,
+                                temperature=self.params.temperature, remasking="low_confidence",
+                                logit_hook=make_penalty(rows))
             )
         changed = [sum(int(a != c) for a, c in zip(encoded[t], new[t])) for t in range(len(texts))]
         outs = [be.decode(n) if changed[t] else texts[t] for t, n in enumerate(new)]  # unchanged → verbatim

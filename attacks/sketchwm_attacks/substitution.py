@@ -18,7 +18,7 @@ attached to a word (``"(happy),"``) and its capitalisation are kept.
 from __future__ import annotations
 
 import functools
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar
 
 import torch
 from pydantic import Field

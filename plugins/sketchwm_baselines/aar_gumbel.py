@@ -1,8 +1,8 @@
 """``aar-gumbel``: Aaronson's Gumbel-max watermark (distortion-free), ported to masked DLMs.
 
 S. Aaronson, "Watermarking of large language models" (talk, 2023); analysed in Fernandez et al.
-2023, "Three Bricks to Consolidate Watermarks for LLMs" (§2, eq. 2) and used as the ``AAR``
-baseline of Gloaguen et al. 2025. A keyed uniform vector r ∈ (0, 1)^V is derived from the context
+2023, "Three Bricks to Consolidate Watermarks for LLMs", and used as the ``AAR`` baseline of
+Gloaguen et al. 2025. A keyed uniform vector r ∈ (0, 1)^V is derived from the context
 (or the position) of a token, and the token is
 
     x = argmax_v r_v^{1/p_v} = argmax_v [log p_v − log(−log r_v)],                       (AAR)
@@ -18,7 +18,7 @@ Keying (``keying``):
   * ``position``: r_v = PRF(k, i·V + v) for generation position i (the text must start at the
     first generated token for detection; not robust to insertions/deletions).
 
-Detection (three_bricks eq. 3): S = Σ_t −log(1 − r_{x_t}) over the scored tokens. Under a random key
+Detection (Aaronson's score, as in Three Bricks): S = Σ_t −log(1 − r_{x_t}) over the scored tokens. Under a random key
 every r_{x_t} of a distinct (hash, token) pair is iid U(0, 1), so each term is Exp(1) and S ~
 Gamma(n, 1): the p-value P(Gamma(n, 1) >= S) is exact. Repeated (hash, token) pairs are scored
 once (context keying). ``score`` = −log10 p, ``z`` = (S − n)/√n.
@@ -36,6 +36,7 @@ from sketchwm.prf import keyed_uniform
 
 from .common import (
     ContextParams,
+    KeyedRowCache,
     check_ids,
     context_hash,
     first_occurrence,
@@ -76,12 +77,22 @@ class AARGumbelScheme(WatermarkScheme):
         super().__init__(params, key, vocab_size, device)
         self.min_tokens = self.params.min_tokens
         self._seed = key.seed(f"baselines/aar-gumbel/{self.params.keying}")
+        self._rows = KeyedRowCache()
 
     def uniforms(self, counters: torch.Tensor) -> torch.Tensor:
         """r = PRF(k, counter) in float64, strictly inside (0, 1); counters int64 (any shape)."""
         return keyed_uniform(self._seed, counters, dtype=torch.float64)
 
     # ------------------------------------------------------------------ generation
+    def begin(self, batch_size: int, gen_length: int, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> None:
+        """Drop the uniform rows cached for the previous batch."""
+        self._rows.reset()
+
+    def uniform_rows(self, h: torch.Tensor) -> torch.Tensor:
+        """r(h, ·) for hashes (or positions) h (n,) → (n, V) float32, clamped for the sampler."""
+        vocab = torch.arange(self.vocab_size, device=h.device)
+        return self.uniforms(pair_counter(h[:, None], vocab[None, :], self.vocab_size)).clamp(_U_MIN, _U_MAX).float()
+
     def sampling_uniforms(self, step: DenoiseStep) -> torch.Tensor:
         """Keyed r of eq. (AAR) for every masked position that can be keyed; (B, G, V) float32.
 
@@ -91,19 +102,17 @@ class AARGumbelScheme(WatermarkScheme):
         p = self.params
         B, G, V = step.logits.shape
         dev = step.logits.device
-        vocab = torch.arange(V, device=dev)  # (V,)
-        if p.keying == "position":
-            pos = torch.arange(G, device=dev)  # (G,)
-            r = self.uniforms(pair_counter(pos[:, None], vocab[None, :], V))  # (G, V)
-            return r.clamp(_U_MIN, _U_MAX).float()[None].expand(B, G, V)
-        out = torch.rand((B, G, V), generator=step.generator, device=dev).clamp_(_U_MIN, _U_MAX)  # (B, G, V)
+        if p.keying == "position":  # the same rows for every text: cache (1, G, V), expand over the batch
+            pos = torch.arange(G, device=dev)[None, :]  # (1, G)
+            rows = self._rows.lookup(pos, torch.ones_like(pos, dtype=torch.bool), self.uniform_rows, V, torch.float32)
+            return rows.expand(B, G, V)
         ctx, ok = gather_context(step.tokens, ~step.masked, p.context, step.prompt_ids, step.prompt_mask)  # (B, G, |O|)
-        sel = step.masked & ok  # (B, G)
-        if bool(sel.any()):
-            b, i = sel.nonzero(as_tuple=True)  # (n,)
-            h = context_hash(ctx[b, i], V, p.hash)  # (n,)
-            out[b, i] = self.uniforms(pair_counter(h[:, None], vocab[None, :], V)).clamp(_U_MIN, _U_MAX).float()  # (n, V)
-        return out
+        sel = step.masked & ok  # (B, G) keyable now
+        noise = torch.rand((B, G, V), generator=step.generator, device=dev).clamp_(_U_MIN, _U_MAX)  # (B, G, V)
+        if not bool(sel.any()):
+            return noise
+        rows = self._rows.lookup(context_hash(ctx, V, p.hash), sel, self.uniform_rows, V, torch.float32)  # (B, G, V)
+        return torch.where(sel[..., None], rows, noise)
 
     # ------------------------------------------------------------------ detection
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:

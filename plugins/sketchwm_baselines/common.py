@@ -36,6 +36,7 @@ __all__ = [
     "pair_counter",
     "green_bits",
     "first_occurrence",
+    "KeyedRowCache",
     "binomial_logsf",
     "hypergeom_logsf",
     "gamma_logsf",
@@ -55,7 +56,7 @@ class ContextParams(StrictModel):
     Attributes:
         context: offsets O of the context tokens relative to the scored position, non-zero and
             distinct, at most 2 (e.g. ``[-1]`` as in KGW, ``[-1, 1]`` as in Gloaguen et al.).
-        hash: ``sum`` (SumHash, Gloaguen et al. 2025 §3) or ``ordered`` (exact context tuple id).
+        hash: ``sum`` (SumHash, Gloaguen et al. 2025) or ``ordered`` (exact context tuple id).
     """
 
     context: tuple[int, ...] = (-1,)
@@ -173,6 +174,48 @@ def green_bits(seed: int, hashes: torch.Tensor, tokens: torch.Tensor, vocab_size
     return keyed_uniform(seed, pair_counter(hashes, tokens, vocab_size), dtype=torch.float64) < gamma
 
 
+class KeyedRowCache:
+    """Per-position cache of keyed vocabulary rows (green lists, Gumbel uniforms) during a generation.
+
+    A row is a pure function of the position's context hash, and a known context never changes
+    while a text is denoised, so each position's row is computed once — O(B·G·V) PRF evaluations
+    per generation instead of per step. The cache checks the hash, so it can never return a stale
+    row (a new batch of the same shape simply recomputes what changed).
+    """
+
+    def __init__(self) -> None:
+        self.rows: torch.Tensor | None = None  # (B, G, V)
+        self.hashes: torch.Tensor | None = None  # (B, G) int64, -1 = empty
+
+    def reset(self) -> None:
+        """Drop every cached row (called from ``begin``)."""
+        self.rows = self.hashes = None
+
+    def lookup(self, hashes: torch.Tensor, want: torch.Tensor, compute, vocab_size: int, dtype: torch.dtype) -> torch.Tensor:
+        """Rows for the positions in ``want``.
+
+        Args:
+            hashes: (B, G) int64 context hashes (>= 0 where ``want``).
+            want: (B, G) bool, positions whose rows are needed.
+            compute: function hashes (n,) int64 → rows (n, V).
+            vocab_size: V.
+            dtype: dtype of the rows.
+
+        Returns:
+            (B, G, V) tensor, valid where ``want`` (other rows are stale or zero).
+        """
+        B, G = hashes.shape
+        if self.rows is None or self.rows.shape != (B, G, vocab_size) or self.rows.dtype != dtype:
+            self.rows = torch.zeros((B, G, vocab_size), dtype=dtype, device=hashes.device)
+            self.hashes = torch.full((B, G), -1, dtype=torch.long, device=hashes.device)
+        need = want & (self.hashes != hashes)  # (B, G)
+        if bool(need.any()):
+            b, i = need.nonzero(as_tuple=True)  # (n,)
+            self.rows[b, i] = compute(hashes[b, i]).to(dtype)
+            self.hashes[b, i] = hashes[b, i]
+        return self.rows
+
+
 def first_occurrence(keys: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
     """True at the first occurrence (along dim 1) of each key among the ``ok`` positions.
 
@@ -267,10 +310,10 @@ class GreenListParams(ContextParams):
 class ContextGreenListScheme(WatermarkScheme):
     """Shared key, green lists and detector of the context-keyed green-list schemes.
 
-    Green lists (Kirchenbauer et al. 2023, with the SumHash context of Gloaguen et al. 2025 §3):
+    Green lists (Kirchenbauer et al. 2023, with the SumHash context of Gloaguen et al. 2025):
     G(h, v) = [PRF(k_green, h·V + v) < γ] with h the hash of the context tokens.
 
-    Detection (Gloaguen et al. 2025 §3, "repeated (context, token) pairs removed"): the positions
+    Detection (Gloaguen et al. 2025, "repeated (context, token) pairs removed"): the positions
     whose whole context lies inside the text are scored once per distinct (hash, token) pair — the
     green bits of distinct pairs are iid Bernoulli(γ) under a random key, so the green count g of
     n distinct pairs is Binomial(n, γ) and the one-sided binomial p-value P(X >= g) is exact.

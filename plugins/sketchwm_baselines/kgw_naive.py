@@ -3,9 +3,9 @@
 Kirchenbauer et al. 2023, "A Watermark for Large Language Models" (ICML), Alg. 2 (soft red list):
 a green list G(h, ·) of ratio γ is seeded by the hash h of the context, and every green logit is
 raised by δ: l̃_v = l_v + δ·G(h, v). In a masked DLM the context of a masked position may itself be
-masked; the naive port (the "KGW" baseline of Gloaguen et al. 2025, §5) tilts a masked position
+masked; the naive port (the "KGW" baseline of Gloaguen et al. 2025) tilts a masked position
 only when every context token is known — unmasked, or in the prompt — and leaves it untouched
-otherwise. Detection is shared with ``red-green-dlm``
+otherwise. Green rows are cached per position (:class:`~sketchwm_baselines.common.KeyedRowCache`). Detection is shared with ``red-green-dlm``
 (:class:`~sketchwm_baselines.common.ContextGreenListScheme`).
 """
 
@@ -15,7 +15,7 @@ import torch
 
 from sketchwm.components import DenoiseStep
 
-from .common import ContextGreenListScheme, GreenListParams, context_hash, gather_context
+from .common import ContextGreenListScheme, GreenListParams, KeyedRowCache, context_hash, gather_context
 
 __all__ = ["KGWNaiveScheme", "KGWNaiveParams"]
 
@@ -30,6 +30,18 @@ class KGWNaiveScheme(ContextGreenListScheme):
     name = "kgw-naive"
     Params = KGWNaiveParams
 
+    def __init__(self, params, key, vocab_size: int, device="cpu"):
+        super().__init__(params, key, vocab_size, device)
+        self._rows = KeyedRowCache()
+
+    def begin(self, batch_size: int, gen_length: int, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> None:
+        """Drop the green rows cached for the previous batch."""
+        self._rows.reset()
+
+    def green_rows(self, h: torch.Tensor) -> torch.Tensor:
+        """G(h, ·) for hashes (n,) → (n, V) bool."""
+        return self.green(h[:, None], torch.arange(self.vocab_size, device=h.device)[None, :])
+
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
         """l + δ·G(h_i, ·) at masked positions i whose context is fully known; (B, G, V) float32."""
         p = self.params
@@ -39,10 +51,6 @@ class KGWNaiveScheme(ContextGreenListScheme):
         sel = step.masked & ok  # (B, G)
         if not bool(sel.any()):
             return step.logits
-        b, i = sel.nonzero(as_tuple=True)  # (n,), (n,)
-        h = context_hash(ctx[b, i], self.vocab_size, p.hash)  # (n,)
-        vocab = torch.arange(self.vocab_size, device=step.logits.device)  # (V,)
-        boost = self.green(h[:, None], vocab[None, :]).to(step.logits.dtype) * p.delta  # (n, V)
-        out = step.logits.clone()
-        out[b, i] += boost  # (B, G, V)
-        return out
+        h = context_hash(ctx, self.vocab_size, p.hash)  # (B, G)
+        green = self._rows.lookup(h, sel, self.green_rows, self.vocab_size, torch.bool)  # (B, G, V), rows valid on sel
+        return step.logits + p.delta * (green & sel[..., None]).to(step.logits.dtype)  # (B, G, V)

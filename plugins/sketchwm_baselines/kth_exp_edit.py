@@ -3,19 +3,21 @@
 R. Kuditipudi, J. Thickstun, T. Hashimoto, P. Liang, "Robust Distortion-free Watermarks for
 Language Models" (TMLR 2024, arXiv 2307.15593). The key is a shared sequence of n uniform vectors
 ξ_0, …, ξ_{n-1} ∈ (0, 1)^V, ξ_j(v) = PRF(k, j·V + v). Generation position i of a text with shift τ
-uses ξ_{(i+τ) mod n} as the Gumbel-max noise (their exponential-minimum sampling, §2.3, which is
-Gumbel-max: argmax_v ξ(v)^{1/p(v)}), so it is distortion-free. τ is drawn per text from the
-sampler's generator (``random_shift``; their §2.4 "random shift" that makes texts of one key
-diverse); with ``random_shift`` off every text starts at ξ_0 (the reference DLM port).
+uses ξ_{(i+τ) mod n} as the Gumbel-max noise (their exponential minimum sampling,
+argmax_v ξ(v)^{1/p(v)}, is Gumbel-max), so it is distortion-free. τ is drawn per text from the
+sampler's generator (``random_shift``, their random shift that makes the texts of one key
+diverse); with ``random_shift`` off every text starts at ξ_0 (as in the DLM reference port).
 
-Detection (their §2.5, test statistic φ with the Levenshtein cost d_γ of eq. (8)): for the text
+Detection (their test statistic φ with the Levenshtein cost d_γ, "EXP-edit"): for the text
 y_1..y_m and every key shift s, the edit distance between y and the key window
 (ξ_{(s+j) mod n})_{j<m} with substitution cost log(1 − ξ_j(y_a)) and insertion/deletion cost γ
 (``edit_cost``):
 
     A[a][j] = min(A[a−1][j] + γ, A[a][j−1] + γ, A[a−1][j−1] + log(1 − ξ_{s+j−1}(y_a))),
 
-φ(y, ξ) = min_s A[m][m]; low φ means watermarked. The p-value is their permutation test (Alg. 3):
+φ(y, ξ) = min_s A[m][m] (their block length k = m); low φ means watermarked. ``window="free"``
+replaces the n fixed windows by one semi-global alignment against any stretch of the cyclic key
+(see :func:`levenshtein_min`). The p-value is their permutation test:
 φ against φ(y, ξ'^(1..P)) for P fresh key sequences ξ' (independent of the key, from the public
 ``null_seed``): p = (1 + #{φ' <= φ}) / (1 + P), valid at every length under a random key; its
 resolution is 1/(P+1) (``n_permutations``, default 99: smallest p = 0.01). ``score`` = ``z`` =
@@ -23,8 +25,9 @@ resolution is 1/(P+1) (``n_permutations``, default 99: smallest p = 0.01). ``sco
 
 Cost: the DP is vectorised over batch × (key + P null keys) × n shifts × m window columns, with one
 Python step per text token (the horizontal recursion is a ``cummin``): O((P+1)·n·m²) cell updates
-per text — about 0.2 G for n = 256, m = 128, P = 99, i.e. seconds per text on a CPU. Raise P for
-finer p-values, lower ``key_len`` for speed.
+per text — 0.4 G for n = 256, m = 128, P = 99, about 5-10 s per text on one busy CPU core
+(``window="free"``: O((P+1)·(n+m)·m), ~0.2 s). Raise P for finer p-values; lower ``key_len`` or
+use ``window="free"`` for speed.
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ class KTHExpEditParams(StrictModel):
 
 
 def levenshtein_min(cost: torch.Tensor, lengths: torch.Tensor, gamma: float, window: str = "fixed") -> torch.Tensor:
-    """φ, the Levenshtein cost d_γ of the text against the best key window (Kuditipudi et al. eq. 8).
+    """φ, the Levenshtein cost d_γ of the text against the best key window (Kuditipudi et al. 2024).
 
     Args:
         cost: (R, M, n) float, cost[r, a, c] = log(1 − ξ_c(y_a)) of text token a against key row c.

@@ -19,14 +19,18 @@ and ∂J/∂p_j(v) has two terms:
   * the *predictive bias*    Σ_{o} Σ_{v'} p_{j-o}(v') Σ_h ∂P_{j-o}(h)/∂p_j(v) G(h, v') — how much
     choosing v at j makes the tokens that use j as context green.
 ``terms`` selects both (default) or one of them (the paper's ablation). δ is the plain tilt
-strength; the reference code's optional KL-budget search is not implemented.
+strength, the same logit scale as KGW's δ (a green token with a known context gets +δ from the
+expectation boost alone); ``normalize`` divides it by |O| + 1, the largest possible ∂J/∂p, as the
+reference code does when it does not search a KL budget. The KL-budget search is not implemented.
 
-Vectorisation: the hash distribution is represented by the top-``top_k_context`` candidates of each
-context marginal (their pairwise sums for |O| = 2), the target by its top-``top_k_token``
-candidates; J is evaluated on (B, G, pairs, k) and differentiated with autograd, which yields
-both terms at once (tokens outside the top-k get no boost, as in the reference's top-k
-approximation). With top-k >= V the computation is exact. Detection: binomial test on the green
-count with repeated (hash, token) pairs removed
+Vectorisation: every marginal is represented by its top candidates (``top_k_context`` of them as a
+context, ``top_k_token`` as the scored token; a known or prompt token is a point mass); the hash
+distribution of a position is the set of its context candidates (their pairwise sums for
+|O| = 2) with product weights. J is evaluated on (B, G, pairs, k) and differentiated with autograd
+with respect to the candidate weights: the context weights give the predictive bias, the token
+weights the expectation boost; both are scattered back onto the vocabulary. Tokens outside the
+top-k get no boost, as in the reference's top-k approximation; with top-k >= V it is exact.
+Detection: binomial test on the green count with repeated (hash, token) pairs removed
 (:class:`~sketchwm_baselines.common.ContextGreenListScheme`).
 """
 
@@ -52,11 +56,13 @@ class RedGreenDLMParams(GreenListParams):
         terms: ``both`` gradient terms, or only ``expectation-boost`` / ``predictive-bias``.
         top_k_context: candidates kept per context marginal for the hash distribution.
         top_k_token: candidates kept per target marginal.
+        normalize: use δ/(|O| + 1) as the tilt strength (the reference code's scaling).
     """
 
     terms: Literal["both", "expectation-boost", "predictive-bias"] = "both"
     top_k_context: int = Field(16, ge=1)
     top_k_token: int = Field(64, ge=1)
+    normalize: bool = False
 
 
 class RedGreenDLMScheme(ContextGreenListScheme):
@@ -66,81 +72,112 @@ class RedGreenDLMScheme(ContextGreenListScheme):
     Params = RedGreenDLMParams
 
     # ------------------------------------------------------------------ expected green score
-    def _candidates(self, q: torch.Tensor, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, k: int):
-        """Top-k candidates of every context slot, per offset.
+    def candidates(self, probs: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k candidates of every position's distribution.
 
         Args:
-            q: (B, G, V) marginals of the generation region (one-hot where known).
-            prompt_ids, prompt_mask: (B, P) left-padded prompt.
-            k: candidates per slot.
+            probs: (B, G, V) marginals.
+            tokens: (B, G) int64 current tokens.
+            masked: (B, G) bool; known positions become a point mass on their token.
 
         Returns:
-            list over offsets o of (tokens (B, G, k) int64, weights (B, G, k) float) for the
-            token at i + o (weights 0 where there is no context).
+            tokens (B, G, k) int64 and weights (B, G, k) float, k = min(max(top-k's), V), sorted
+            by weight.
         """
-        B, G, V = q.shape
+        p = self.params
+        k = min(max(p.top_k_context, p.top_k_token), probs.shape[-1])
+        w, t = torch.topk(probs, k, dim=-1)  # (B, G, k)
+        point_t = torch.zeros_like(t)
+        point_t[..., 0] = tokens
+        point_w = torch.zeros_like(w)
+        point_w[..., 0] = 1.0
+        return torch.where(masked[..., None], t, point_t), torch.where(masked[..., None], w, point_w)
+
+    def _context_slots(self, t: torch.Tensor, w: torch.Tensor, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor):
+        """Candidates of the token at i + o for every offset o (prompt tokens are point masses).
+
+        Args:
+            t, w: (B, G, k) candidates of the generation region.
+            prompt_ids, prompt_mask: (B, P) left-padded prompt.
+
+        Returns:
+            list over offsets of (tokens (B, G, k), weights (B, G, k)); weight 0 = no context.
+        """
+        B, G, k = t.shape
         offs = self.params.context
         L, R = max(0, -min(offs)), max(0, max(offs))
-        w, t = torch.topk(q, k, dim=-1)  # (B, G, k), differentiable in q
-        left_t = torch.zeros((B, L, k), dtype=torch.long, device=q.device)
-        left_w = torch.zeros((B, L, k), dtype=q.dtype, device=q.device)
+        left_t = torch.zeros((B, L, k), dtype=torch.long, device=t.device)
+        left_w = torch.zeros((B, L, k), dtype=w.dtype, device=t.device)
         take = min(L, prompt_ids.shape[1])
         if take > 0:
             left_t[:, L - take:, 0] = prompt_ids[:, -take:]
-            left_w[:, L - take:, 0] = prompt_mask[:, -take:].to(q.dtype)  # point mass on the prompt token
-        ext_t = torch.cat([left_t, t, torch.zeros((B, R, k), dtype=torch.long, device=q.device)], 1)  # (B, L+G+R, k)
-        ext_w = torch.cat([left_w, w, torch.zeros((B, R, k), dtype=q.dtype, device=q.device)], 1)
+            left_w[:, L - take:, 0] = prompt_mask[:, -take:].to(w.dtype)
+        ext_t = torch.cat([left_t, t, torch.zeros((B, R, k), dtype=torch.long, device=t.device)], 1)  # (B, L+G+R, k)
+        ext_w = torch.cat([left_w, w, torch.zeros((B, R, k), dtype=w.dtype, device=t.device)], 1)
         return [(ext_t[:, L + o: L + o + G], ext_w[:, L + o: L + o + G]) for o in offs]  # ≤ 2 offsets
 
-    def expected_green(
-        self, q: torch.Tensor, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, terms: str = "both"
+    def expected_green_candidates(
+        self, t: torch.Tensor, w_ctx: torch.Tensor, w_tok: torch.Tensor, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
     ) -> torch.Tensor:
-        """J of eq. (J) per text, under the (top-k truncated) marginals.
+        """J of eq. (J) from candidate lists (the weights may require grad).
 
         Args:
-            q: (B, G, V) float marginals (one-hot rows for known tokens).
-            prompt_ids, prompt_mask: (B, P) left-padded prompt (the context of the first positions).
-            terms: which inputs J is differentiable in: ``both``; ``expectation-boost`` detaches the
-                hash distributions, ``predictive-bias`` detaches the target marginals.
+            t: (B, G, k) candidate tokens of every position.
+            w_ctx: (B, G, k) their weights as seen by the positions that use them as context.
+            w_tok: (B, G, k) their weights as the scored token itself.
+            prompt_ids, prompt_mask: (B, P) left-padded prompt.
 
         Returns:
-            (B,) float, Σ_i E[G(h_i, x_i)] over the generation region.
+            (B,) float.
         """
         p = self.params
-        V = q.shape[-1]
-        kc, kv = min(p.top_k_context, V), min(p.top_k_token, V)
-        ctx = self._candidates(q, prompt_ids, prompt_mask, kc)
-        # hash candidates: every combination of the offsets' candidates (kc or kc² of them)
-        h_tok, h_w = ctx[0][0], ctx[0][1]  # (B, G, kc)
-        if len(ctx) == 2:
-            t1, w1 = ctx[1]
+        kc, kv = min(p.top_k_context, t.shape[-1]), min(p.top_k_token, t.shape[-1])
+        slots = self._context_slots(t[..., :kc], w_ctx[..., :kc], prompt_ids, prompt_mask)
+        h_tok, h_w = slots[0]  # (B, G, kc)
+        if len(slots) == 2:  # hash candidates: every pair of the two offsets' candidates
+            t1, w1 = slots[1]
             pair = torch.stack(torch.broadcast_tensors(h_tok[..., :, None], t1[..., None, :]), -1)  # (B, G, kc, kc, 2)
             h_tok = context_hash(pair, self.vocab_size, p.hash).flatten(-2)  # (B, G, kc²)
             h_w = (h_w[..., :, None] * w1[..., None, :]).flatten(-2)  # (B, G, kc²) = P_i(h) per candidate
         else:
             h_tok = context_hash(h_tok[..., None], self.vocab_size, p.hash)  # (B, G, kc)
-        pv, tv = torch.topk(q, kv, dim=-1)  # (B, G, kv)
-        if terms == "expectation-boost":
-            h_w = h_w.detach()
-        elif terms == "predictive-bias":
-            pv = pv.detach()
-        green = self.green(h_tok[..., :, None], tv[..., None, :]).to(q.dtype)  # (B, G, pairs, kv)
-        # J_i = Σ_pairs Σ_v P_i(h) p_i(v) G(h, v)
-        return torch.einsum("bgh,bgv,bghv->b", h_w, pv, green)  # (B,)
+        green = self.green(h_tok[..., :, None], t[..., None, :kv]).to(w_tok.dtype)  # (B, G, pairs, kv)
+        # J = Σ_i Σ_h Σ_v P_i(h) p_i(v) G(h, v)
+        return torch.einsum("bgh,bgv,bghv->b", h_w, w_tok[..., :kv], green)  # (B,)
+
+    def expected_green(self, q: torch.Tensor, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
+        """J of eq. (J) per text under marginals q (B, G, V) (one-hot rows for known tokens), top-k truncated.
+
+        Differentiable in q (through the top-k values). Returns (B,) float, Σ_i E[G(h_i, x_i)].
+        """
+        k = min(max(self.params.top_k_context, self.params.top_k_token), q.shape[-1])
+        w, t = torch.topk(q, k, dim=-1)  # (B, G, k)
+        return self.expected_green_candidates(t, w, w, prompt_ids, prompt_mask)
 
     def tilt_direction(self, step: DenoiseStep) -> torch.Tensor:
-        """∂J/∂p_i(v) at the current marginals: (B, G, V) float32, zero at known positions."""
+        """∂J/∂p_i(v) at the current marginals: (B, G, V) float32, zero at known positions.
+
+        The gradient with respect to the context weights is the predictive bias, the one with
+        respect to the token weights the expectation boost (``terms`` keeps one or both); both are
+        scattered back onto the vocabulary.
+        """
         masked = step.masked  # (B, G)
+        probs = torch.softmax(step.logits.float(), dim=-1)  # (B, G, V)
+        t, w = self.candidates(probs, step.tokens, masked)  # (B, G, k)
+        terms = self.params.terms
         with torch.enable_grad():
-            probs = torch.softmax(step.logits.float(), dim=-1).detach().requires_grad_(True)  # (B, G, V)
-            onehot = torch.nn.functional.one_hot(step.tokens.clamp(0, self.vocab_size - 1), self.vocab_size).to(probs.dtype)
-            q = torch.where(masked[..., None], probs, onehot)  # (B, G, V): known tokens are point masses
-            J = self.expected_green(q, step.prompt_ids, step.prompt_mask, self.params.terms)  # (B,)
-            (grad,) = torch.autograd.grad(J.sum(), probs)  # (B, G, V)
-        return grad * masked[..., None]
+            w_ctx = w.detach().requires_grad_(terms != "expectation-boost")
+            w_tok = w.detach().requires_grad_(terms != "predictive-bias")
+            J = self.expected_green_candidates(t, w_ctx, w_tok, step.prompt_ids, step.prompt_mask)  # (B,)
+            leaves = [x for x in (w_ctx, w_tok) if x.requires_grad]
+            grads = torch.autograd.grad(J.sum(), leaves)  # each (B, G, k)
+        g = sum(grads) * masked[..., None]  # (B, G, k), known positions are not tilted
+        return torch.zeros_like(probs).scatter_add_(-1, t, g)  # (B, G, V)
 
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
         """Exponential tilt (tilt) in logit space: l + δ·∂J/∂p at masked positions; (B, G, V) float32."""
-        if self.params.delta == 0.0 or not bool(step.masked.any()):
+        p = self.params
+        if p.delta == 0.0 or not bool(step.masked.any()):
             return step.logits
-        return step.logits + self.params.delta * self.tilt_direction(step)
+        strength = p.delta / (len(p.context) + 1) if p.normalize else p.delta
+        return step.logits + strength * self.tilt_direction(step)

