@@ -79,7 +79,12 @@ class DefaultBackend(HFMaskedLMBackend):
         weights = self._dir / "model.safetensors"
         digest = _file_digest(weights) if weights.exists() else "in-memory"
         self.model_id = f"default:{digest}"
-        self.max_length = min(self.max_length, 512)
+        try:  # the shipped model was trained on sequences of at most MAX_LENGTH tokens
+            from sketchwm.default_model import MAX_LENGTH
+
+            self.max_length = min(self.max_length, int(MAX_LENGTH))
+        except ImportError:
+            self.max_length = min(self.max_length, 512)
         from sketchwm.engine import SamplerConfig
 
         defaults: dict[str, Any] = {"remasking": "random", "temperature": 1.0}
