@@ -50,30 +50,15 @@ def add_attack_command(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
-def read_jsonl(path: Path, require_text: bool = True) -> list[dict[str, Any]]:
-    """Read a JSONL file of objects.
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Read JSONL objects with a string ``text`` (or a plain-text file as one text); see :func:`sketchwm.io.read_records`.
 
     Raises:
-        InputError: missing file, a line that is not a JSON object, or (``require_text``) no string ``text``.
+        InputError: missing file, a line that is not a JSON object with a string ``text``.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"input file not found: {path}")
-    rows: list[dict[str, Any]] = []
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            if not isinstance(obj, dict):
-                raise InputError(f"{path}:{lineno}: expected a JSON object")
-            if require_text and not isinstance(obj.get("text"), str):
-                raise InputError(f"{path}:{lineno}: missing string field 'text'")
-            rows.append(obj)
-    return rows
+    from .io import read_records
+
+    return read_records(str(path))
 
 
 def run_attack(args: argparse.Namespace) -> int:

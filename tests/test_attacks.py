@@ -480,7 +480,7 @@ def test_cli_attack_roundtrip(tmp_path):
 def test_cli_attack_errors(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\nnot json\n')
-    with pytest.raises(InputError, match=":2:"):
+    with pytest.raises(InputError, match="line 2 is not valid JSON"):
         _cli(["attack", "--attack", "delete-random", "--strength", "0.3", "--input", str(bad)])
     with pytest.raises(ConfigError):
         _cli(["attack", "--attack", "delete-random", "--strength", "0.3", "--input", str(bad), "--params", "{oops"])
