@@ -40,3 +40,13 @@ def key():
 @pytest.fixture()
 def uniform_sketch_params():
     return {"prior": {"source": "uniform"}}
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Run a module on one intra-op thread: on a shared, oversubscribed CPU the small int64 PRF ops of
+    the schemes run ~30x slower with 2 threads (spin-waiting). Restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

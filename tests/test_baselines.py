@@ -24,14 +24,7 @@ V = 120
 MASK = 4
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Run this module on one intra-op thread: on a shared, oversubscribed CPU the small int64 PRF
-    ops of the schemes run ~30x slower with 2 threads (spin-waiting). Restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _step(logits: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor, prompt: list[int], seed: int = 0) -> DenoiseStep:

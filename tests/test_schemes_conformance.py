@@ -30,14 +30,7 @@ from sketchwm.registry import get_registry
 SCHEMES = get_registry().names("scheme")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Run this module on one intra-op thread: on a shared, oversubscribed CPU the small int64 PRF
-    ops of the schemes run ~30x slower with 2 threads (spin-waiting). Restored afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 #: Scheme-specific params for the tiny model; everything else uses the scheme's defaults.
 TEST_PARAMS: dict[str, dict] = {
