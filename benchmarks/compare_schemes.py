@@ -18,9 +18,11 @@ wide table (a pivot of it). Example::
 
     python benchmarks/compare_schemes.py --n-prompts 100 --gen-length 128 --threads 1
 
-Strengths are each scheme's defaults (δ = 2 for the KGW family and Unigram, δ = 2 for the sketch;
+Strengths are each scheme's defaults (δ = 2 for the KGW family and Unigram, δ = 0.5 for the sketch;
 AAR and KTH are distortion-free); ``--params`` overrides them per scheme, e.g.
-``--params '{"kth-exp-edit": {"window": "free"}, "unigram": {"delta": 1.5}}'``.
+``--params '{"kth-exp-edit": {"window": "free"}, "unigram": {"delta": 1.5}}'``. A scheme may be
+listed more than once under tagged names ``NAME#TAG`` (e.g. ``--schemes global-sketch#d0.25,unigram
+--params '{"global-sketch#d0.25": {"delta": 0.25}}'``) to sweep a strength in one run.
 """
 
 from __future__ import annotations
@@ -105,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n-prompts", type=int, default=100)
     ap.add_argument("--gen-length", type=int, default=128)
-    ap.add_argument("--steps", type=int, default=None, help="denoising steps (default: gen_length / 2)")
+    ap.add_argument("--steps", type=int, default=None, help="denoising steps (default: the backend's shipped sampler)")
+    ap.add_argument("--block-length", type=int, default=None, help="semi-AR block length (default: the backend's)")
     ap.add_argument("--batch-size", type=int, default=10)
     ap.add_argument("--backend", default="default")
     ap.add_argument("--schemes", default="", help="comma-separated scheme names (default: every registered scheme)")
@@ -123,7 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     overrides = json.loads(args.params)
     backend = reg.create("backend", args.backend)
     G = args.gen_length
-    cfg = {"gen_length": G, "block_length": G, "steps": args.steps or max(1, G // 2)}
+    cfg: dict[str, Any] = {"gen_length": G}
+    if args.steps:
+        cfg["steps"] = args.steps
+    if args.block_length:
+        cfg["block_length"] = args.block_length
     sampler_cfg = MaskedDiffusionSampler(backend, cfg).config.model_dump()
     prompts, prompt_source = load_prompts(args.n_prompts)
     key = WatermarkKey(hashlib.sha256(f"sketchwm/benchmarks/compare_schemes/{args.seed}".encode()).digest())
@@ -167,8 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     write_csv(out, rows)
 
     for name in names:
-        params = {**BENCH_PARAMS.get(name, {}), **overrides.get(name, {})}
-        scheme = reg.create("scheme", name, params, key, backend.vocab_size)
+        base_name = name.split("#", 1)[0]
+        params = {**BENCH_PARAMS.get(base_name, {}), **overrides.get(base_name, {}), **overrides.get(name, {})}
+        scheme = reg.create("scheme", base_name, params, key, backend.vocab_size)
         chash = config_hash({"scheme": scheme.describe(), "sampler": sampler_cfg, "backend": backend.model_id,
                              "prompts": prompt_source, "n": len(prompts)})
         ids, valid, texts, gen_s = generate(backend, cfg, scheme, prompts, args.batch_size, args.seed)

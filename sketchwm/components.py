@@ -295,6 +295,10 @@ class DenoiseStep:
         block: (start, end) of the block being decoded, in generation-region coordinates.
         mask_token_id: id of [MASK].
         generator: the sampler's torch.Generator (schemes should prefer keyed randomness).
+        positions: None when ``logits`` covers all G positions; else (B, K) int64 generation-region
+            indices of the K rows of ``logits`` (then (B, K, V)): the engine passes only the rows it
+            is about to sample to schemes with ``needs_all_marginals = False`` (random remasking).
+            Rows where a text commits fewer than K tokens repeat other indices and are ignored.
     """
 
     step: int
@@ -307,6 +311,15 @@ class DenoiseStep:
     block: tuple[int, int]
     mask_token_id: int
     generator: torch.Generator | None = None
+    positions: torch.Tensor | None = None
+
+    def at_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-position values (B, G, ...) restricted to the rows of ``logits``: (B, K, ...), or ``x``
+        itself when ``positions`` is None."""
+        if self.positions is None:
+            return x
+        idx = self.positions.reshape(self.positions.shape + (1,) * (x.dim() - 2)).expand(-1, -1, *x.shape[2:])
+        return torch.gather(x, 1, idx)
 
 
 @dataclass
@@ -346,6 +359,11 @@ class WatermarkScheme(Component):
     kind = "scheme"
     #: Minimum number of tokens for a meaningful detection; shorter texts raise InputError.
     min_tokens: int = 16
+    #: True: the hooks read the marginals of every masked position (the sketch's expected sketch,
+    #: eq. 5; red-green-dlm's neighbour marginals), so the engine computes all of them. False: the
+    #: hooks only transform the rows that are sampled, and with random remasking the engine runs
+    #: the LM head on those rows only and passes (B, K, V) logits with ``DenoiseStep.positions``.
+    needs_all_marginals: bool = True
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):
         self.params = self.parse_params(params)
@@ -357,7 +375,8 @@ class WatermarkScheme(Component):
         """Called once before a batch is denoised (reset per-generation state). Default: nothing."""
 
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
-        """Tilted marginals as logits, (B, G, V) float32. Only masked positions matter.
+        """Tilted marginals as logits, shaped like ``step.logits`` ((B, G, V), or (B, K, V) with
+        ``step.positions``), float32. Only masked positions matter.
 
         A scheme may modify ``step.logits`` in place and return it (the engine owns that tensor and
         does not reuse the untilted values). Default: unchanged.
@@ -365,7 +384,7 @@ class WatermarkScheme(Component):
         return step.logits
 
     def sampling_uniforms(self, step: DenoiseStep) -> torch.Tensor | None:
-        """Keyed uniforms in (0, 1) of shape (B, G, V) replacing the Gumbel noise, or None (default)."""
+        """Keyed uniforms in (0, 1) shaped like ``step.logits`` replacing the Gumbel noise, or None (default)."""
         return None
 
     def remasking_confidence(self, step: DenoiseStep, confidence: torch.Tensor) -> torch.Tensor:

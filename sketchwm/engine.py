@@ -244,14 +244,27 @@ class MaskedDiffusionSampler:
                 # the positions that can be committed at this step
                 need = masked if self.scheme is not None else (chosen if fast_random else eligible)
                 x = torch.cat([prompt_ids, gen], dim=1)  # (B, P+G)
-                if fast_random and self.scheme is None:
-                    # base model, random remasking: logits only at the kmax chosen positions, (B, kmax, V)
+                if fast_random and (self.scheme is None or not self.scheme.needs_all_marginals):
+                    # random remasking and no scheme, or one that reads only the sampled rows: the LM
+                    # head runs at the kmax chosen positions only, (B, kmax, V)
                     sel = be.logits_at(x, attn, pos + P).float()
                     if banned.numel():
                         sel[..., banned] = float("-inf")
                     if not bool(torch.isfinite(sel.amax(-1))[ok].all()):
                         raise InputError(f"backend '{be.name}' returned NaN or inf logits at step {step_idx}")
-                    x_sel, _ = self._sample(sel, None, generator, need_conf=False)  # (B, kmax)
+                    u_sel = None
+                    if self.scheme is not None:
+                        state = DenoiseStep(
+                            step=step_idx, total_steps=cfg.steps, tokens=gen, masked=masked, logits=sel,
+                            prompt_ids=prompt_ids, prompt_mask=prompt_mask, block=(b0, b1),
+                            mask_token_id=be.mask_token_id, generator=generator, positions=pos,
+                        )
+                        sel = self.scheme.process_logits(state)  # (B, kmax, V)
+                        if bool(torch.isnan(sel.amax(-1))[ok].any()):
+                            raise InputError(f"scheme '{self.scheme.name}' produced NaN logits at step {step_idx}")
+                        state.logits = sel
+                        u_sel = self.scheme.sampling_uniforms(state)  # (B, kmax, V) or None
+                    x_sel, _ = self._sample(sel, u_sel, generator, need_conf=False)  # (B, kmax)
                     gen = gen.scatter(1, pos, torch.where(ok, x_sel, torch.gather(gen, 1, pos)))
                     step_idx += 1
                     continue

@@ -154,3 +154,28 @@ def test_params_round_trip_json(name, tiny):
     assert d["name"] == name
     again = type(scheme).parse_params(json.loads(json.dumps(d["params"])))
     assert again == scheme.params
+
+
+ROW_SCHEMES = [n for n in SCHEMES if not get_registry().get("scheme", n).needs_all_marginals]
+
+
+@pytest.mark.parametrize("name", ROW_SCHEMES)
+def test_row_path_matches_full_path(name, tiny):
+    """A scheme that declares ``needs_all_marginals = False`` gets (B, K, V) rows with random
+    remasking; the texts must equal those of the full (B, G, V) path, which it gets when the flag
+    is forced on. Context-keyed AAR draws its unkeyable-position noise in a different shape, so it
+    is compared with position keying."""
+    over = {"keying": "position"} if name == "aar-gumbel" else {}
+    outs = []
+    for full in (False, True):
+        scheme = make(name, tiny.vocab_size, **over)
+        scheme.needs_all_marginals = full
+        out = MaskedDiffusionSampler(tiny, SAMPLER, scheme).generate(PROMPTS[:4], torch.Generator().manual_seed(5))
+        outs.append(out.ids)
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_baselines_take_the_row_path():
+    """The four position-local baselines declare it (else the test above is vacuous)."""
+    assert {"unigram", "kgw-naive", "aar-gumbel", "kth-exp-edit"} <= set(ROW_SCHEMES)
+    assert "global-sketch" not in ROW_SCHEMES and "red-green-dlm" not in ROW_SCHEMES

@@ -72,6 +72,7 @@ class AARGumbelScheme(WatermarkScheme):
 
     name = "aar-gumbel"
     Params = AARGumbelParams
+    needs_all_marginals = False  # only the sampled rows' uniforms are needed
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):
         super().__init__(params, key, vocab_size, device)
@@ -94,24 +95,27 @@ class AARGumbelScheme(WatermarkScheme):
         return self.uniforms(pair_counter(h[:, None], vocab[None, :], self.vocab_size)).clamp(_U_MIN, _U_MAX).float()
 
     def sampling_uniforms(self, step: DenoiseStep) -> torch.Tensor:
-        """Keyed r of eq. (AAR) for every masked position that can be keyed; (B, G, V) float32.
+        """Keyed r of eq. (AAR) for every masked position that can be keyed; shaped like
+        ``step.logits`` ((B, G, V), or (B, K, V) at ``step.positions``), float32.
 
         Positions that cannot be keyed (context keying with an unknown context) get uniforms from
         ``step.generator``; known positions are not sampled by the engine and get the same.
         """
         p = self.params
-        B, G, V = step.logits.shape
+        B, G = step.tokens.shape
+        K, V = step.logits.shape[1], step.logits.shape[2]
         dev = step.logits.device
         if p.keying == "position":  # the same rows for every text: cache (1, G, V), expand over the batch
             pos = torch.arange(G, device=dev)[None, :]  # (1, G)
             rows = self._rows.lookup(pos, torch.ones_like(pos, dtype=torch.bool), self.uniform_rows, V, torch.float32)
-            return rows.expand(B, G, V)
+            return rows.expand(B, G, V) if step.positions is None else rows[0][step.positions]  # (B, G|K, V)
         ctx, ok = gather_context(step.tokens, ~step.masked, p.context, step.prompt_ids, step.prompt_mask)  # (B, G, |O|)
-        sel = step.masked & ok  # (B, G) keyable now
-        noise = torch.rand((B, G, V), generator=step.generator, device=dev).clamp_(_U_MIN, _U_MAX)  # (B, G, V)
+        sel = step.at_rows(step.masked & ok)  # (B, G|K) keyable now
+        noise = torch.rand((B, K, V), generator=step.generator, device=dev).clamp_(_U_MIN, _U_MAX)  # (B, G|K, V)
         if not bool(sel.any()):
             return noise
-        rows = self._rows.lookup(context_hash(ctx, V, p.hash), sel, self.uniform_rows, V, torch.float32)  # (B, G, V)
+        hashes = step.at_rows(context_hash(ctx, V, p.hash))  # (B, G|K)
+        rows = self._rows.lookup(hashes, sel, self.uniform_rows, V, torch.float32)  # (B, G|K, V)
         return torch.where(sel[..., None], rows, noise)
 
     # ------------------------------------------------------------------ detection

@@ -122,6 +122,7 @@ class KTHExpEditScheme(WatermarkScheme):
 
     name = "kth-exp-edit"
     Params = KTHExpEditParams
+    needs_all_marginals = False  # only the sampled rows' uniforms are needed
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):
         super().__init__(params, key, vocab_size, device)
@@ -149,16 +150,18 @@ class KTHExpEditScheme(WatermarkScheme):
         self._shift = None
 
     def sampling_uniforms(self, step: DenoiseStep) -> torch.Tensor:
-        """ξ_{(i+τ_b) mod n} for every position i of text b; (B, G, V) float32."""
-        B, G, V = step.logits.shape
+        """ξ_{(i+τ_b) mod n} for every position i of text b; shaped like ``step.logits`` ((B, G, V), or
+        (B, K, V) at ``step.positions``), float32."""
+        B, G = step.tokens.shape
         n = self.params.key_len
         if self._shift is None or self._shift.shape[0] != B:
             if self.params.random_shift:
                 self._shift = torch.randint(n, (B,), generator=step.generator, device=step.logits.device)
             else:
                 self._shift = torch.zeros(B, dtype=torch.long, device=step.logits.device)
-        rows = (torch.arange(G, device=step.logits.device)[None, :] + self._shift[:, None]) % n  # (B, G)
-        return self.table().to(step.logits.device)[rows]  # (B, G, V)
+        i = torch.arange(G, device=step.logits.device)[None, :] if step.positions is None else step.positions
+        rows = (i + self._shift[:, None]) % n  # (B, G) or (B, K)
+        return self.table().to(step.logits.device)[rows]  # (B, G|K, V)
 
     # ------------------------------------------------------------------ detection
     def statistic(self, ids: torch.Tensor, lengths: torch.Tensor, null: bool = False) -> torch.Tensor:

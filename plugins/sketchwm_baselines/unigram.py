@@ -44,6 +44,7 @@ class UnigramScheme(WatermarkScheme):
 
     name = "unigram"
     Params = UnigramParams
+    needs_all_marginals = False  # the tilt of a row depends on that row only
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):
         super().__init__(params, key, vocab_size, device)
@@ -56,7 +57,7 @@ class UnigramScheme(WatermarkScheme):
         self.green_mask[torch.argsort(u)[: self.n_green]] = True  # (V,)
 
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
-        """l + δ·1[v ∈ G] at every position (only masked ones are sampled); (B, G, V) float32."""
+        """l + δ·1[v ∈ G] at every row of ``step.logits`` (only masked ones are sampled); (B, G|K, V) float32."""
         if self.params.delta == 0.0:
             return step.logits
         return step.logits + self.params.delta * self.green_mask.to(step.logits)[None, None, :]
