@@ -185,12 +185,24 @@ class WatermarkStealer:
         Returns:
             (B, L, V) float32: ``s0[None, None, :] + context_weight * s1(tokens[:, i-1], ·)``.
         """
-        s0 = self._check()
         B, L = tokens.shape
         prev = torch.full((B, L), -1, dtype=torch.long)
         prev[:, 1:] = tokens[:, :-1]
         if unknown is not None:
             prev[:, 1:] = prev[:, 1:].masked_fill(unknown[:, :-1], -1)
+        return self.boosts_given_prev(prev)
+
+    def boosts_given_prev(self, prev: torch.Tensor) -> torch.Tensor:
+        """Boost of every vocabulary token at positions whose left neighbours are ``prev``.
+
+        Args:
+            prev: (B, L) int64 left-neighbour token of each position, −1 where unknown.
+
+        Returns:
+            (B, L, V) float32: ``s0[None, None, :] + context_weight * s1(prev, ·)``.
+        """
+        s0 = self._check()
+        B, L = prev.shape
         out = s0[None, None, :].expand(B, L, -1).clone()  # (B, L, V)
         if self.config.context_weight > 0:
             out += self.config.context_weight * self.context_rows(prev.reshape(-1)).reshape(B, L, -1)
@@ -244,6 +256,7 @@ class SpoofScheme(WatermarkScheme):
     """
 
     name = "stolen-spoof"
+    needs_all_marginals = False  # a row's boost depends on its known left neighbour only
 
     class Params(StrictModel):
         """delta: boost strength."""
@@ -255,11 +268,15 @@ class SpoofScheme(WatermarkScheme):
         self.stealer = stealer
 
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
-        """logits (B, G, V) + δ · boost (B, G, V); the left neighbour of position 0 is the prompt's last token."""
-        B, G, V = step.logits.shape
+        """logits + δ · boost, shaped like ``step.logits`` ((B, G, V), or (B, K, V) at ``step.positions``);
+        the left neighbour of position 0 is the prompt's last token."""
+        B = step.tokens.shape[0]
         ctx = torch.cat([step.prompt_ids[:, -1:].cpu(), step.tokens.cpu()], 1)  # (B, 1+G)
         unknown = torch.cat([torch.zeros(B, 1, dtype=torch.bool), step.masked.cpu()], 1)  # (B, 1+G)
-        boost = self.stealer.boosts(ctx, unknown)[:, 1:, :]  # (B, G, V)
+        prev = ctx[:, :-1].masked_fill(unknown[:, :-1], -1)  # (B, G) left neighbour of each position
+        if step.positions is not None:
+            prev = torch.gather(prev, 1, step.positions.cpu())  # (B, K)
+        boost = self.stealer.boosts_given_prev(prev)  # (B, G|K, V)
         return step.logits + self.params.delta * boost.to(step.logits.device)
 
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
