@@ -69,8 +69,10 @@ def _package_version() -> str:
 class Generations:
     """Generate (or load cached) texts for a scheme / the base model."""
 
-    def __init__(self, backend: Any, key: Any, sampler: dict, cache_dir: Path, batch_size: int):
+    def __init__(self, backend: Any, key: Any, sampler: dict, cache_dir: Path, batch_size: int,
+                 params: dict[str, dict] | None = None):
         self.backend, self.key, self.sampler = backend, key, sampler
+        self.params = params or {}
         self.cache_dir, self.batch_size = cache_dir, batch_size
         cache_dir.mkdir(parents=True, exist_ok=True)
 
@@ -78,12 +80,13 @@ class Generations:
         """A :class:`sketchwm.api.Watermarker` for ``scheme`` with this run's key, backend and sampler."""
         from sketchwm.api import Watermarker
 
-        return Watermarker(self.key, {"scheme": {"name": scheme}, "sampler": self.sampler}, backend=self.backend)
+        spec = {"name": scheme, "params": self.params.get(scheme, {})}
+        return Watermarker(self.key, {"scheme": spec, "sampler": self.sampler}, backend=self.backend)
 
     def get(self, scheme: str | None, prompts: Sequence[str], seed: int, label: str) -> list[str]:
         """Texts for ``prompts`` (watermarked by ``scheme``, or unwatermarked when None)."""
         tag = config_hash({
-            "scheme": scheme, "key": self.key.fingerprint, "model": getattr(self.backend, "model_id", ""),
+            "scheme": scheme, "params": self.params.get(scheme, {}) if scheme else {}, "key": self.key.fingerprint, "model": getattr(self.backend, "model_id", ""),
             "sampler": self.sampler, "seed": seed, "prompts": hashlib.sha256("\n".join(prompts).encode()).hexdigest(),
         })
         path = self.cache_dir / f"{label}-{scheme or 'base'}-{len(prompts)}-{tag}.jsonl"
@@ -178,7 +181,8 @@ def run(args: argparse.Namespace) -> list[dict]:
         base["block_length"] if args.gen_length % base["block_length"] == 0 else args.gen_length)
     sampler["steps"] = args.steps or min(base["steps"], args.gen_length)
     out_path = Path(args.out)
-    gens = Generations(backend, key, sampler, out_path.parent / "cache", args.batch_size)
+    scheme_params = json.loads(args.params)
+    gens = Generations(backend, key, sampler, out_path.parent / "cache", args.batch_size, scheme_params)
     model_id = getattr(backend, "model_id", args.backend)
     version = _package_version()
     rows: list[dict] = []
@@ -300,14 +304,19 @@ def format_table(rows: list[dict]) -> str:
             cols.append(f"{m.get('tpr_at_1pct_fpr', float('nan')):.2f} / {m.get('mean_similarity', float('nan')):.2f}".rjust(13))
         lines.append(f"{'':15s} {attack:22s} " + " ".join(cols))
     spoof = [r for r in rows if r["attack"] == "steal-spoof" and r["metric"] == "spoof_rate"]
+    spoof_p = {(r["scheme"], r["train_n"]): r["value"] for r in rows
+               if r["attack"] == "steal-spoof" and r["metric"] == "spoof_rate_pvalue_1pct"}
     scrub = [r for r in rows if r["attack"] == STEAL_ATTACK and r["metric"] == "scrub_rate"]
     ss = sorted(steal_strengths)
     if spoof or scrub:
-        lines += ["", "Watermark stealing (Jovanovic et al. 2024): spoof rate, scrub rate at each strength",
-                  f"{'scheme':15s} {'train n':>8s} {'spoof':>7s} " + " ".join(f"{'scrub@' + format(s, 'g'):>10s}" for s in ss)]
+        lines += ["", "Watermark stealing (Jovanovic et al. 2024): spoof rate at the calibrated threshold (and with the",
+                  "scheme's own p-value <= 1%), scrub rate at each strength",
+                  f"{'scheme':15s} {'train n':>8s} {'spoof':>7s} {'spoof(p)':>9s} " + " ".join(f"{'scrub@' + format(s, 'g'):>10s}" for s in ss)]
         for r in spoof:
             sc = {x["strength"]: x["value"] for x in scrub if x["scheme"] == r["scheme"] and x["train_n"] == r["train_n"]}
-            lines.append(f"{r['scheme']:15s} {r['train_n']:>8} {r['value']:7.2f} " + " ".join(f"{sc.get(s, float('nan')):10.2f}" for s in ss))
+            sp_p = spoof_p.get((r["scheme"], r["train_n"]), float("nan"))
+            lines.append(f"{r['scheme']:15s} {r['train_n']:>8} {r['value']:7.2f} {sp_p:9.2f} "
+                         + " ".join(f"{sc.get(s, float('nan')):10.2f}" for s in ss))
     return "\n".join(lines)
 
 
@@ -340,6 +349,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spoof-n", type=int, default=100, help="spoofed texts per training size")
     ap.add_argument("--spoof-delta", type=float, default=4.0, help="spoofing logit boost δ")
     ap.add_argument("--heavy-n", type=int, default=20, help="texts for the slow SmolLM2 paraphraser")
+    ap.add_argument("--params", default="{}", help='JSON {scheme: {param: value}} overriding scheme defaults, '
+                    'e.g. \'{"kth-exp-edit": {"window": "free"}}\'')
     ap.add_argument("--alpha", type=float, default=0.01, help="false-positive rate of the threshold")
     ap.add_argument("--backend", default="default", help="registered backend, or 'tiny' for a smoke run")
     ap.add_argument("--batch-size", type=int, default=16)
