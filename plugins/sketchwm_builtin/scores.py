@@ -185,9 +185,9 @@ class _SketchScore(ScoreFunction):
 
 
 class PenalizedParams(StrictModel):
-    """Attributes: gamma: γ in λ = γ√w (paper §4.1)."""
+    """Attributes: gamma: γ in λ = γ√w (paper §4.1); default 0.05 (see ``GlobalSketchParams.score``)."""
 
-    gamma: float = Field(0.25, gt=0)
+    gamma: float = Field(0.05, gt=0)
 
 
 class PenalizedScore(_SketchScore):

@@ -1,0 +1,78 @@
+"""Generation time of each scheme relative to the unwatermarked sampler, measured side by side.
+
+For every registered scheme (or ``--schemes``), on the default DLM with its shipped sampler
+(random remasking), the same prompts and seed: seconds to generate ``--batch`` texts of
+``--gen-length`` tokens with the scheme, divided by the seconds of the unwatermarked sampler in the
+same repeat (interleaved, so machine noise cancels; the median ratio over ``--repeats`` is printed).
+Schemes with ``needs_all_marginals = False`` also run with the flag forced on, which shows what the
+sampled-rows path of :class:`sketchwm.engine.MaskedDiffusionSampler` saves (the LM head and the
+scheme's hooks run on the K sampled rows instead of all masked rows).
+
+Usage: python benchmarks/perf_row_path.py [--schemes unigram,global-sketch] [--repeats 3]
+Last line: one JSON object {scheme: median ratio to unwatermarked}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+import time
+
+import torch
+
+from sketchwm.data import load
+from sketchwm.engine import MaskedDiffusionSampler
+from sketchwm.keys import WatermarkKey
+from sketchwm.registry import get_registry
+
+
+def _time(backend, cfg: dict, scheme, prompts: list[str], seed: int) -> float:
+    t0 = time.perf_counter()
+    MaskedDiffusionSampler(backend, cfg, scheme).generate(prompts, torch.Generator().manual_seed(seed))
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--schemes", default="", help="comma-separated (default: every registered scheme)")
+    ap.add_argument("--batch", type=int, default=10)
+    ap.add_argument("--gen-length", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=None)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    reg = get_registry()
+    backend = reg.create("backend", "default")
+    key = WatermarkKey(hashlib.sha256(b"sketchwm/benchmarks/perf_row_path").digest())
+    cfg = {"gen_length": args.gen_length}
+    prompts = list(load("prompts"))[: args.batch]
+    variants: list[tuple[str, str, bool | None]] = []
+    for name in [s for s in args.schemes.split(",") if s] or reg.names("scheme"):
+        variants.append((name, name, None))
+        if not reg.get("scheme", name).needs_all_marginals:
+            variants.append((f"{name} (all marginals forced)", name, True))
+    _time(backend, cfg, None, prompts[:2], 0)  # warm-up
+    ratios: dict[str, list[float]] = {label: [] for label, _, _ in variants}
+    base_s: list[float] = []
+    for rep in range(args.repeats):
+        for label, name, force in variants:
+            scheme = reg.create("scheme", name, {}, key, backend.vocab_size)
+            if force is not None:
+                scheme.needs_all_marginals = force
+            base = _time(backend, cfg, None, prompts, rep)
+            ratios[label].append(_time(backend, cfg, scheme, prompts, rep) / base)
+            base_s.append(base)
+    print(f"unwatermarked: median {statistics.median(base_s):.2f} s per {args.batch} texts of {args.gen_length} tokens")
+    print(f"{'scheme':42s}{'time / unwatermarked':>22s}")
+    result = {}
+    for label, r in ratios.items():
+        result[label] = round(statistics.median(r), 3)
+        print(f"{label:42s}{result[label]:>22.2f}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
