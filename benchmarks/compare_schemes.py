@@ -10,6 +10,9 @@ sampler settings and the same sampling seeds:
 * ``median_p`` (watermarked), ``median_p_null`` (unwatermarked), ``mean_z``;
 * ``ppl_median`` / ``ppl_ratio`` — oracle perplexity (:class:`sketchwm.oracle.OracleLM`, when
   installed) of the watermarked texts, and its ratio to the unwatermarked texts' median;
+* ``distinct_2`` / ``seq_rep_4`` — mean distinct-2 and seq-rep-4 over texts (:mod:`sketchwm.quality`):
+  perplexity rewards repetitive text, so a low ``ppl_ratio`` with a high ``seq_rep_4`` is degeneration,
+  not fluency;
 * ``detect_texts_per_s`` — detection throughput (``score_ids`` on watermarked + unwatermarked ids);
 * ``gen_s_per_text`` — generation time.
 
@@ -42,6 +45,7 @@ import torch
 from sketchwm.config import config_hash
 from sketchwm.engine import MaskedDiffusionSampler
 from sketchwm.keys import WatermarkKey
+from sketchwm.quality import repetition_report
 from sketchwm.registry import get_registry
 
 #: Benchmark-specific params (on top of each scheme's defaults).
@@ -49,7 +53,8 @@ BENCH_PARAMS: dict[str, dict[str, Any]] = {}
 #: Metrics and whether higher is better (the printed table's sort direction).
 METRICS: dict[str, bool] = {
     "tpr_at_1pct_fpr": True, "fpr_at_tau": False, "tpr_at_p01": True, "fpr_at_p01": False, "median_p": False,
-    "median_p_null": True, "mean_z": True, "ppl_median": False, "ppl_ratio": False, "detect_texts_per_s": True,
+    "median_p_null": True, "mean_z": True, "ppl_median": False, "ppl_ratio": False, "distinct_2": True,
+    "seq_rep_4": False, "detect_texts_per_s": True,
     "gen_s_per_text": False,
 }
 
@@ -171,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     if null_ppl is not None:
         emit("unwatermarked", "ppl_median", float(null_ppl.nanmedian()), len(prompts), base_hash)
     emit("unwatermarked", "gen_s_per_text", null_s / len(prompts), len(prompts), base_hash)
+    null_rep = repetition_report(null_ids, null_valid)
+    for metric in ("distinct_2", "seq_rep_4"):
+        emit("unwatermarked", metric, null_rep[metric], len(prompts), base_hash)
     write_csv(out, rows)
 
     for name in names:
@@ -193,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
         emit(name, "mean_z", float(z_wm.mean()), n, chash)
         emit(name, "detect_texts_per_s", 2 * n / max(t_wm + t_null, 1e-9), 2 * n, chash)
         emit(name, "gen_s_per_text", gen_s / n, n, chash)
+        rep = repetition_report(ids, valid)
+        for metric in ("distinct_2", "seq_rep_4"):
+            emit(name, metric, rep[metric], n, chash)
         if oracle is not None:
             ppl = torch.tensor(oracle.perplexity(texts), dtype=torch.float64)
             emit(name, "ppl_median", float(ppl.nanmedian()), n, chash)

@@ -6,7 +6,10 @@ For every registered scheme (or ``--schemes``), on the default DLM with its ship
 same repeat (interleaved, so machine noise cancels; the median ratio over ``--repeats`` is printed).
 Schemes with ``needs_all_marginals = False`` also run with the flag forced on, which shows what the
 sampled-rows path of :class:`sketchwm.engine.MaskedDiffusionSampler` saves (the LM head and the
-scheme's hooks run on the K sampled rows instead of all masked rows).
+scheme's hooks run on the K sampled rows instead of all masked rows). Schemes with
+``packed_marginals = True`` (the global sketch) also run with it forced off, which shows what the
+packed path saves (LM head on the masked rows only, packed (B, M, V), the tilt applied to the K
+sampled rows, no zero-filled (B, P+G, V) logits).
 
 Usage: python benchmarks/perf_row_path.py [--schemes unigram,global-sketch] [--repeats 3]
 Last line: one JSON object {scheme: median ratio to unwatermarked}.
@@ -49,19 +52,22 @@ def main() -> None:
     key = WatermarkKey(hashlib.sha256(b"sketchwm/benchmarks/perf_row_path").digest())
     cfg = {"gen_length": args.gen_length}
     prompts = list(load("prompts"))[: args.batch]
-    variants: list[tuple[str, str, bool | None]] = []
+    variants: list[tuple[str, str, dict[str, bool]]] = []
     for name in [s for s in args.schemes.split(",") if s] or reg.names("scheme"):
-        variants.append((name, name, None))
-        if not reg.get("scheme", name).needs_all_marginals:
-            variants.append((f"{name} (all marginals forced)", name, True))
+        variants.append((name, name, {}))
+        cls = reg.get("scheme", name)
+        if not cls.needs_all_marginals:
+            variants.append((f"{name} (all marginals forced)", name, {"needs_all_marginals": True}))
+        elif cls.packed_marginals:
+            variants.append((f"{name} (packed path off)", name, {"packed_marginals": False}))
     _time(backend, cfg, None, prompts[:2], 0)  # warm-up
     ratios: dict[str, list[float]] = {label: [] for label, _, _ in variants}
     base_s: list[float] = []
     for rep in range(args.repeats):
         for label, name, force in variants:
             scheme = reg.create("scheme", name, {}, key, backend.vocab_size)
-            if force is not None:
-                scheme.needs_all_marginals = force
+            for attr, value in force.items():
+                setattr(scheme, attr, value)
             base = _time(backend, cfg, None, prompts, rep)
             ratios[label].append(_time(backend, cfg, scheme, prompts, rep) / base)
             base_s.append(base)

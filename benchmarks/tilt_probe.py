@@ -36,6 +36,7 @@ def probe(backend, name: str, params: dict, prompts: list[str], key: WatermarkKe
     reg = get_registry()
     scheme = reg.create("scheme", name, params, key, backend.vocab_size)
     scheme.needs_all_marginals = True  # full (B, G, V) rows, so the block's masked rows are all visible
+    scheme.packed_marginals = False
     stats: list[tuple[float, float, float]] = []
     tilt = scheme.process_logits
 

@@ -299,6 +299,13 @@ class DenoiseStep:
             indices of the K rows of ``logits`` (then (B, K, V)): the engine passes only the rows it
             is about to sample to schemes with ``needs_all_marginals = False`` (random remasking).
             Rows where a text commits fewer than K tokens repeat other indices and are ignored.
+        masked_logits: None, or — for schemes with ``packed_marginals = True`` on the sampled-rows
+            path — (B, M, V) float32, the marginals (as logits, banned ids at -inf) of every masked
+            position, packed: row j of text b is position ``masked_positions[b, j]``. ``logits`` then
+            holds only the K sampled rows (``positions``), which are among them.
+        masked_positions: (B, M) int64 generation-region indices of ``masked_logits``' rows, or None.
+        masked_valid: (B, M) bool, False on padding rows (texts with fewer than M masked positions;
+            their ``masked_logits`` rows are unspecified), or None.
     """
 
     step: int
@@ -312,6 +319,9 @@ class DenoiseStep:
     mask_token_id: int
     generator: torch.Generator | None = None
     positions: torch.Tensor | None = None
+    masked_logits: torch.Tensor | None = None
+    masked_positions: torch.Tensor | None = None
+    masked_valid: torch.Tensor | None = None
 
     def at_rows(self, x: torch.Tensor) -> torch.Tensor:
         """Per-position values (B, G, ...) restricted to the rows of ``logits``: (B, K, ...), or ``x``
@@ -364,6 +374,12 @@ class WatermarkScheme(Component):
     #: hooks only transform the rows that are sampled, and with random remasking the engine runs
     #: the LM head on those rows only and passes (B, K, V) logits with ``DenoiseStep.positions``.
     needs_all_marginals: bool = True
+    #: True (with ``needs_all_marginals``): the hooks read the other positions' marginals only
+    #: through a statistic over the masked set (the sketch's Σ_{i∈M_t} p_i of eq. 5) and transform
+    #: the sampled rows by it. With random remasking the engine then computes the LM head on the
+    #: masked rows only, passes them packed in ``DenoiseStep.masked_logits`` (B, M, V), and passes
+    #: the K sampled rows in ``logits`` (B, K, V) with ``positions``: no (B, G, V) tensor is built.
+    packed_marginals: bool = False
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):
         self.params = self.parse_params(params)

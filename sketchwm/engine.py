@@ -31,7 +31,7 @@ from .components import DenoiseStep, DLMBackend, WatermarkScheme
 from .config import StrictModel, validate_params
 from .errors import ConfigError, InputError
 
-__all__ = ["SamplerConfig", "MaskedDiffusionSampler", "GenerationOutput", "transfer_schedule"]
+__all__ = ["SamplerConfig", "MaskedDiffusionSampler", "GenerationOutput", "transfer_schedule", "packed_masked_positions"]
 
 
 class SamplerConfig(StrictModel):
@@ -103,6 +103,24 @@ def transfer_schedule(masked_in_block: torch.Tensor, steps: int) -> torch.Tensor
     out = base[:, None].expand(-1, steps).clone()
     out += (torch.arange(steps, device=masked_in_block.device)[None, :] < rem[:, None]).long()
     return out
+
+
+def packed_masked_positions(masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices of the masked positions of each text, packed to the left.
+
+    Args:
+        masked: (B, G) bool, M_t.
+
+    Returns:
+        positions (B, M) int64 with M = the largest number of masked positions of a text: row b
+        lists text b's masked positions in increasing order, then (padding) some of its unmasked
+        positions; valid (B, M) bool, True on the masked ones. Indices within a row are distinct.
+    """
+    counts = masked.sum(1)  # (B,)
+    M = int(counts.max()) if masked.numel() else 0
+    order = torch.argsort((~masked).to(torch.uint8), dim=1, stable=True)[:, :M]  # masked first, in order
+    valid = torch.arange(M, device=masked.device)[None, :] < counts[:, None]
+    return order, valid
 
 
 def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
@@ -244,20 +262,38 @@ class MaskedDiffusionSampler:
                 # the positions that can be committed at this step
                 need = masked if self.scheme is not None else (chosen if fast_random else eligible)
                 x = torch.cat([prompt_ids, gen], dim=1)  # (B, P+G)
-                if fast_random and (self.scheme is None or not self.scheme.needs_all_marginals):
+                packed = (fast_random and self.scheme is not None and self.scheme.needs_all_marginals
+                          and self.scheme.packed_marginals)
+                if fast_random and (self.scheme is None or not self.scheme.needs_all_marginals or packed):
                     # random remasking and no scheme, or one that reads only the sampled rows: the LM
-                    # head runs at the kmax chosen positions only, (B, kmax, V)
-                    sel = be.logits_at(x, attn, pos + P).float()
-                    if banned.numel():
-                        sel[..., banned] = float("-inf")
-                    if not bool(torch.isfinite(sel.amax(-1))[ok].all()):
-                        raise InputError(f"backend '{be.name}' returned NaN or inf logits at step {step_idx}")
+                    # head runs at the kmax chosen positions only, (B, kmax, V); a packed-marginals
+                    # scheme also gets the masked rows packed, (B, M, V), and no (B, G, V) is built
+                    packed_rows: dict[str, torch.Tensor] = {}
+                    if packed:
+                        mpos, mvalid = packed_masked_positions(masked)  # (B, M), (B, M)
+                        mlogits = be.logits_at(x, attn, mpos + P).float()  # (B, M, V)
+                        if banned.numel():
+                            mlogits[..., banned] = float("-inf")
+                        if not bool(torch.isfinite(mlogits.amax(-1))[mvalid].all()):
+                            raise InputError(f"backend '{be.name}' returned NaN or inf logits at step {step_idx}")
+                        # row of each generation position in the packed tensor; the sampled positions
+                        # are masked, so they are among the packed rows
+                        row_of = torch.zeros_like(gen).scatter_(1, mpos, arange_g[: mpos.shape[1]].expand(B, -1))
+                        rows = torch.gather(row_of, 1, pos)  # (B, kmax)
+                        sel = torch.gather(mlogits, 1, rows[..., None].expand(-1, -1, V))  # (B, kmax, V), a copy
+                        packed_rows = {"masked_logits": mlogits, "masked_positions": mpos, "masked_valid": mvalid}
+                    else:
+                        sel = be.logits_at(x, attn, pos + P).float()
+                        if banned.numel():
+                            sel[..., banned] = float("-inf")
+                        if not bool(torch.isfinite(sel.amax(-1))[ok].all()):
+                            raise InputError(f"backend '{be.name}' returned NaN or inf logits at step {step_idx}")
                     u_sel = None
                     if self.scheme is not None:
                         state = DenoiseStep(
                             step=step_idx, total_steps=cfg.steps, tokens=gen, masked=masked, logits=sel,
                             prompt_ids=prompt_ids, prompt_mask=prompt_mask, block=(b0, b1),
-                            mask_token_id=be.mask_token_id, generator=generator, positions=pos,
+                            mask_token_id=be.mask_token_id, generator=generator, positions=pos, **packed_rows,
                         )
                         sel = self.scheme.process_logits(state)  # (B, kmax, V)
                         if bool(torch.isnan(sel.amax(-1))[ok].any()):

@@ -88,7 +88,7 @@ def test_detection_bad_inputs(wm, tiny):
     from transformers import BertTokenizerFast  # noqa: F401  (a different tokenizer would have another fingerprint)
 
 
-def test_nan_logits_are_refused(tiny):
+def test_nan_logits_are_refused(tiny, builtin_registry):
     class NaNBackend(type(tiny)):
         def logits(self, input_ids, attention_mask=None, positions=None):
             out = super().logits(input_ids, attention_mask)
@@ -101,9 +101,12 @@ def test_nan_logits_are_refused(tiny):
             return out
 
     be = NaNBackend({"path": "tiny", "device": "cpu"}, model=tiny.model, tokenizer=tiny.tokenizer)
-    for remasking in ("random", "low_confidence"):
-        with pytest.raises(InputError, match="NaN or inf logits"):
-            MaskedDiffusionSampler(be, {**CFG, "remasking": remasking}).generate(["the water"])
+    sketch = builtin_registry.create("scheme", "global-sketch", {"prior": {"source": "uniform"}},
+                                     WatermarkKey(b"nan-logits-test-key-000000000001"), tiny.vocab_size)
+    for scheme in (None, sketch):  # the global sketch takes the packed-marginals path with random remasking
+        for remasking in ("random", "low_confidence"):
+            with pytest.raises(InputError, match="NaN or inf logits"):
+                MaskedDiffusionSampler(be, {**CFG, "remasking": remasking}, scheme).generate(["the water"])
 
 
 def test_unknown_scheme_param(builtin_registry, tiny):
@@ -186,3 +189,13 @@ def test_config_tokenizer_fingerprint_is_enforced(wm):
     w2 = Watermarker(wm.key, cfg, backend=wm.backend, registry=wm.registry)
     with pytest.raises(TokenizerMismatchError):
         w2.detect(["the water is long and the day is new and people go"])
+
+
+def test_packed_masked_positions():
+    from sketchwm.engine import packed_masked_positions
+
+    masked = torch.tensor([[False, True, True, False, True], [True, False, False, False, False]])
+    pos, valid = packed_masked_positions(masked)
+    assert pos.shape == (2, 3) and valid.tolist() == [[True, True, True], [True, False, False]]
+    assert pos[0].tolist() == [1, 2, 4] and pos[1, 0] == 0
+    assert len(set(pos[1].tolist())) == 3  # padding rows are distinct positions (safe to scatter)

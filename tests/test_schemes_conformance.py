@@ -179,3 +179,45 @@ def test_baselines_take_the_row_path():
     """The four position-local baselines declare it (else the test above is vacuous)."""
     assert {"unigram", "kgw-naive", "aar-gumbel", "kth-exp-edit"} <= set(ROW_SCHEMES)
     assert "global-sketch" not in ROW_SCHEMES and "red-green-dlm" not in ROW_SCHEMES
+
+
+PACKED_SCHEMES = [n for n in SCHEMES
+                  if get_registry().get("scheme", n).needs_all_marginals and get_registry().get("scheme", n).packed_marginals]
+
+
+@pytest.mark.parametrize("block_length", [64, 16])
+@pytest.mark.parametrize("name", PACKED_SCHEMES)
+def test_packed_path_matches_full_path(name, block_length, tiny):
+    """A scheme with ``packed_marginals = True`` gets the masked rows packed (B, M, V) and the
+    sampled rows (B, K, V) under random remasking; its texts must equal those of the full (B, G, V)
+    path (flag forced off), with one block and with semi-autoregressive blocks (masked positions
+    outside the current block still count in eq. 5)."""
+    cfg = {**SAMPLER, "block_length": block_length}
+    outs = []
+    for packed in (True, False):
+        scheme = make(name, tiny.vocab_size)
+        scheme.packed_marginals = packed
+        out = MaskedDiffusionSampler(tiny, cfg, scheme).generate(PROMPTS[:4], torch.Generator().manual_seed(5))
+        outs.append(out.ids)
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_packed_path_builds_no_full_logits(tiny, monkeypatch):
+    """global-sketch declares packed marginals, and on that path the engine never asks the backend
+    for (B, P+G, V) logits (the zero-filled full tensor is what the path exists to avoid)."""
+    assert "global-sketch" in PACKED_SCHEMES
+    calls = {"logits": 0, "logits_at": 0}
+    orig_logits, orig_at = tiny.logits, tiny.logits_at
+
+    def counting_logits(*a, **k):
+        calls["logits"] += 1
+        return orig_logits(*a, **k)
+
+    def counting_at(*a, **k):
+        calls["logits_at"] += 1
+        return orig_at(*a, **k)
+
+    monkeypatch.setattr(tiny, "logits", counting_logits)
+    monkeypatch.setattr(tiny, "logits_at", counting_at)
+    MaskedDiffusionSampler(tiny, SAMPLER, make("global-sketch", tiny.vocab_size)).generate(PROMPTS[:2])
+    assert calls["logits"] == 0 and calls["logits_at"] > 0

@@ -133,6 +133,40 @@ def test_tilt_equals_equation_7(key):
     assert torch.allclose(got[masked[0]], expected[masked[0]], atol=1e-5)
 
 
+@pytest.mark.parametrize("frac", [0.3, 0.8])  # both branches of token_gradient (few / many masked rows)
+def test_packed_gradient_equals_unpacked(key, frac):
+    """The engine's packed masked rows (ragged: texts with different |M_t|, padding rows filled with
+    garbage) give the same a_{k,t} as the (B, G, V) state, and the packed tilt of the sampled rows
+    equals the full tilt at those rows."""
+    from sketchwm.components import DenoiseStep
+    from sketchwm.engine import packed_masked_positions
+
+    V, G, B = 50, 24, 3
+    sch = _scheme(key, V, 0.5)
+    sch.begin(B, G, torch.zeros(B, 0, dtype=torch.long), torch.zeros(B, 0, dtype=torch.bool))
+    g = torch.Generator().manual_seed(7)
+    logits = torch.randn(B, G, V, generator=g)
+    tokens = torch.randint(0, V, (B, G), generator=g)
+    masked = torch.rand(B, G, generator=g) < torch.tensor([[frac], [frac / 2], [frac]])
+    masked[:, 0] = True
+    tokens[masked] = V  # [MASK] id outside the vocabulary, as in the engine
+    mpos, mvalid = packed_masked_positions(masked)
+    assert not bool(mvalid.all())  # the test needs padding rows
+    mlogits = torch.gather(logits, 1, mpos[..., None].expand(-1, -1, V)).clone()
+    mlogits[~mvalid] = 1e3  # padding rows must not count
+    full = sch.token_gradient(logits, tokens, masked)
+    packed = sch.packed_token_gradient(mlogits, mvalid, tokens, masked)
+    assert torch.allclose(full, packed, atol=1e-5)
+    pos = mpos[:, :1]  # one sampled (masked) row per text
+    common = dict(step=3, total_steps=8, tokens=tokens, masked=masked, prompt_ids=torch.zeros(B, 0, dtype=torch.long),
+                  prompt_mask=torch.zeros(B, 0, dtype=torch.bool), block=(0, G), mask_token_id=V)
+    tilted_full = sch.process_logits(DenoiseStep(logits=logits.clone(), **common))
+    tilted_rows = sch.process_logits(DenoiseStep(logits=torch.gather(logits, 1, pos[..., None].expand(-1, -1, V)),
+                                                 positions=pos, masked_logits=mlogits, masked_positions=mpos,
+                                                 masked_valid=mvalid, **common))
+    assert torch.allclose(torch.gather(tilted_full, 1, pos[..., None].expand(-1, -1, V)), tilted_rows, atol=1e-5)
+
+
 def test_small_eta_fisher_expansion(key):
     """eq. (15)-(16): gain ≈ ησ², KL ≈ ½η²σ² for small η."""
     V = 200

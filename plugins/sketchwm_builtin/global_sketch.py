@@ -178,6 +178,9 @@ class GlobalSketchScheme(WatermarkScheme):
 
     name = "global-sketch"
     Params = GlobalSketchParams
+    #: eq. 5 reads the other positions only through Σ_{i∈M_t} p_i, and eq. 7 adds the same (B, V)
+    #: shift at every position: the engine may pass the masked rows packed and tilt only the sampled ones.
+    packed_marginals = True
 
     def __init__(self, params: Any, key: Any, vocab_size: int, device="cpu", registry: Any = None):
         super().__init__(params, key, vocab_size, device)
@@ -222,10 +225,12 @@ class GlobalSketchScheme(WatermarkScheme):
         """softmax(logits, -1) written into a buffer reused across steps (no fresh (B, G, V) allocation,
         whose page faults cost as much as the softmax itself on CPU). The buffer is overwritten at the
         next step; callers must not keep the result."""
-        buf = getattr(self, "_probs_buf", None)
-        if buf is None or buf.shape != logits.shape or buf.device != logits.device or buf.dtype != logits.dtype:
-            buf = torch.empty_like(logits, memory_format=torch.contiguous_format)
-            self._probs_buf = buf
+        flat = getattr(self, "_probs_buf", None)
+        n = logits.numel()
+        if flat is None or flat.numel() < n or flat.device != logits.device or flat.dtype != logits.dtype:
+            flat = torch.empty(n, dtype=logits.dtype, device=logits.device)
+            self._probs_buf = flat
+        buf = flat[:n].view(logits.shape)  # the packed path shrinks (B, M, V) step by step: reuse the storage
         try:
             return torch.ops.aten._softmax.out(logits, -1, False, out=buf)
         except (RuntimeError, AttributeError):  # an exotic backend without the out= kernel
@@ -250,13 +255,44 @@ class GlobalSketchScheme(WatermarkScheme):
             b_idx, g_idx = masked.nonzero(as_tuple=True)
             probs = torch.softmax(logits[b_idx, g_idx], dim=-1)  # (M, V)
             mass = torch.zeros(B, logits.shape[-1], dtype=probs.dtype, device=logits.device).index_add_(0, b_idx, probs)
+        return self.gradient_from_mass(mass, tokens, masked)
+
+    def packed_token_gradient(self, masked_logits: torch.Tensor, masked_valid: torch.Tensor, tokens: torch.Tensor,
+                              masked: torch.Tensor) -> torch.Tensor:
+        """a_{k,t}(v) of eq. (6) from packed masked marginals (see ``DenoiseStep.masked_logits``).
+
+        Args:
+            masked_logits: (B, M, V) float32, the marginals of the masked positions as logits.
+            masked_valid: (B, M) bool, False on padding rows.
+            tokens: (B, G) int64 current tokens; masked: (B, G) bool, M_t.
+
+        Returns:
+            (B, V) float32, equal to :meth:`token_gradient` on the unpacked state.
+        """
+        probs = self._softmax_into_buffer(masked_logits)  # (B, M, V)
+        mass = torch.bmm(masked_valid.to(probs.dtype)[:, None, :], probs)[:, 0]  # (B, V) = Σ_{i∈M_t} p_i
+        return self.gradient_from_mass(mass, tokens, masked)
+
+    def gradient_from_mass(self, mass: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+        """a_{k,t}(v) of eq. (6) from the masked marginal mass.
+
+        Args:
+            mass: (B, V) float32, Σ_{i∈M_t} p_i(v).
+            tokens: (B, G) int64 current tokens; masked: (B, G) bool, M_t.
+
+        Returns:
+            (B, V) float32: the expected sketch ĥ (eq. 5) from the frozen counts plus ``mass``, the
+            residual r = ∂S/∂h at ĥ (u_k − λĥ for the penalised score), mapped to tokens, / √N.
+        """
+        B, N = tokens.shape
         frozen = self.sketch.counts(tokens.clamp(0, self.vocab_size - 1), ~masked)  # (B, V)
         h_hat = self.sketch.expected_sketch(frozen, mass, N)  # (B, D), eq. 5
         r = self.score_fn.residual(self.u, h_hat)  # (B, D)
         return self.sketch.token_scores(r) / math.sqrt(N)  # (B, V), eq. 6
 
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
-        """Exponential tilt of eq. (7) in logit space: logits + η_t a_{k,t}, (B, G, V).
+        """Exponential tilt of eq. (7) in logit space: logits + η_t a_{k,t}, (B, G, V) (or (B, K, V)
+        on the sampled rows when the engine packs the masked marginals into ``step.masked_logits``).
 
         Modifies ``step.logits`` in place (one pass, no new (B, G, V) tensor) and returns it.
         """
@@ -264,8 +300,11 @@ class GlobalSketchScheme(WatermarkScheme):
         eta = self.eta(step.step, step.total_steps, N)
         if eta == 0.0:
             return step.logits
-        a = self.token_gradient(step.logits, step.tokens, step.masked)  # (B, V)
-        return step.logits.add_((eta * a)[:, None, :])  # (B, G, V)
+        if step.masked_logits is not None:  # packed masked rows; step.logits holds the sampled rows
+            a = self.packed_token_gradient(step.masked_logits, step.masked_valid, step.tokens, step.masked)
+        else:
+            a = self.token_gradient(step.logits, step.tokens, step.masked)  # (B, V)
+        return step.logits.add_((eta * a)[:, None, :])  # (B, G, V), or (B, K, V) on the sampled rows
 
     # ------------------------------------------------------------------ detection
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
