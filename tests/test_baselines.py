@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -15,6 +16,7 @@ import torch
 from scipy import stats
 
 from sketchwm.components import DenoiseStep
+from sketchwm.errors import InputError
 from sketchwm.keys import WatermarkKey
 from sketchwm.registry import get_registry
 from sketchwm_baselines.common import first_occurrence
@@ -137,6 +139,30 @@ def test_red_green_dlm_beats_kgw_naive_on_expected_green(delta):
     for terms in ("expectation-boost", "predictive-bias"):
         one = reg.create("scheme", "red-green-dlm", {**common, **exact, "terms": terms}, key, V)
         assert _expected_green_fraction(rg, step, one.process_logits(step)) > base
+
+
+@pytest.mark.parametrize("context", [[-1], [-1, 1]])
+def test_red_green_dlm_packed_rows_equal_full_rows(context):
+    """Packed masked rows (ragged |M_t|, garbage in the padding rows) give the same tilt at the
+    sampled rows as the full (B, G, V) state; without either, a clear error."""
+    from sketchwm.engine import packed_masked_positions
+
+    rg = get_registry().create("scheme", "red-green-dlm", {"context": context, "top_k_context": 8, "top_k_token": 16}, _key(4), V)
+    step = _random_state(3, 12, seed=9)
+    step.masked[1, :] = False
+    step.masked[1, 3] = True  # text 1 has one masked position: padding rows for it
+    step.tokens[step.masked] = MASK
+    mpos, mvalid = packed_masked_positions(step.masked)
+    assert not bool(mvalid.all())
+    mlogits = torch.gather(step.logits, 1, mpos[..., None].expand(-1, -1, V)).clone()
+    mlogits[~mvalid] = 7.0
+    pos = mpos[:, :1]  # (B, 1) a masked row per text
+    full = rg.process_logits(dataclasses.replace(step, logits=step.logits.clone()))
+    rows = dataclasses.replace(step, logits=torch.gather(step.logits, 1, pos[..., None].expand(-1, -1, V)).clone(),
+                               positions=pos, masked_logits=mlogits, masked_positions=mpos, masked_valid=mvalid)
+    assert torch.allclose(torch.gather(full, 1, pos[..., None].expand(-1, -1, V)), rg.process_logits(rows), atol=1e-6)
+    with pytest.raises(InputError, match="every masked position"):
+        rg.process_logits(dataclasses.replace(rows, masked_logits=None))
 
 
 def test_red_green_dlm_gradient_matches_finite_difference():

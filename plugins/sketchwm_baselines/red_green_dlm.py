@@ -42,6 +42,7 @@ import torch
 from pydantic import Field
 
 from sketchwm.components import DenoiseStep
+from sketchwm.errors import InputError
 
 from .common import ContextGreenListScheme, GreenListParams, context_hash
 
@@ -70,6 +71,9 @@ class RedGreenDLMScheme(ContextGreenListScheme):
 
     name = "red-green-dlm"
     Params = RedGreenDLMParams
+    #: J reads every masked marginal only through its top-k candidates; with random remasking the
+    #: engine passes the masked rows packed and the tilt is applied to the sampled rows only.
+    packed_marginals = True
 
     # ------------------------------------------------------------------ expected green score
     def candidates(self, probs: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -117,7 +121,8 @@ class RedGreenDLMScheme(ContextGreenListScheme):
         return [(ext_t[:, L + o: L + o + G], ext_w[:, L + o: L + o + G]) for o in offs]  # ≤ 2 offsets
 
     def expected_green_candidates(
-        self, t: torch.Tensor, w_ctx: torch.Tensor, w_tok: torch.Tensor, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor
+        self, t: torch.Tensor, w_ctx: torch.Tensor, w_tok: torch.Tensor, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+        rows: torch.Tensor | None = None, rows_valid: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """J of eq. (J) from candidate lists (the weights may require grad).
 
@@ -126,6 +131,9 @@ class RedGreenDLMScheme(ContextGreenListScheme):
             w_ctx: (B, G, k) their weights as seen by the positions that use them as context.
             w_tok: (B, G, k) their weights as the scored token itself.
             prompt_ids, prompt_mask: (B, P) left-padded prompt.
+            rows: None (sum over all G positions), or (B, R) int64 distinct positions i whose terms
+                of J are summed (the terms a set of positions' gradients depend on).
+            rows_valid: (B, R) bool with ``rows``, False on padding entries.
 
         Returns:
             (B,) float.
@@ -133,6 +141,13 @@ class RedGreenDLMScheme(ContextGreenListScheme):
         p = self.params
         kc, kv = min(p.top_k_context, t.shape[-1]), min(p.top_k_token, t.shape[-1])
         slots = self._context_slots(t[..., :kc], w_ctx[..., :kc], prompt_ids, prompt_mask)
+        t, w_tok = t[..., :kv], w_tok[..., :kv]
+        if rows is not None:  # only the terms of the positions in ``rows``
+            def pick(x: torch.Tensor) -> torch.Tensor:
+                return torch.gather(x, 1, rows[..., None].expand(-1, -1, x.shape[-1]))
+
+            slots = [(pick(a), pick(b)) for a, b in slots]
+            t, w_tok = pick(t), pick(w_tok) * rows_valid[..., None].to(w_tok.dtype)
         h_tok, h_w = slots[0]  # (B, G, kc)
         if len(slots) == 2:  # hash candidates: every pair of the two offsets' candidates
             t1, w1 = slots[1]
@@ -141,9 +156,35 @@ class RedGreenDLMScheme(ContextGreenListScheme):
             h_w = (h_w[..., :, None] * w1[..., None, :]).flatten(-2)  # (B, G, kc²) = P_i(h) per candidate
         else:
             h_tok = context_hash(h_tok[..., None], self.vocab_size, p.hash)  # (B, G, kc)
-        green = self.green(h_tok[..., :, None], t[..., None, :kv]).to(w_tok.dtype)  # (B, G, pairs, kv)
+        green = self.green(h_tok[..., :, None], t[..., None, :]).to(w_tok.dtype)  # (B, G, pairs, kv)
         # J = Σ_i Σ_h Σ_v P_i(h) p_i(v) G(h, v)
-        return torch.einsum("bgh,bgv,bghv->b", h_w, w_tok[..., :kv], green)  # (B,)
+        return torch.einsum("bgh,bgv,bghv->b", h_w, w_tok, green)  # (B,)
+
+    def gradient_rows(self, positions: torch.Tensor, G: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The positions whose terms of J involve the marginal of a position in ``positions``.
+
+        p_j enters the term of j itself and, as context, the terms of i = j − o for o in the context
+        set O. The gradient of J at the positions j equals the gradient of the sum of those terms.
+
+        Args:
+            positions: (B, K) int64 generation-region positions j.
+            G: generation length.
+
+        Returns:
+            rows (B, R) int64 (distinct per text) and valid (B, R) bool, as
+            :func:`sketchwm.engine.packed_masked_positions` packs them.
+        """
+        from sketchwm.engine import packed_masked_positions
+
+        B = positions.shape[0]
+        at_j = torch.zeros((B, G), dtype=torch.bool, device=positions.device).scatter_(1, positions, True)
+        need = at_j.clone()
+        for o in self.params.context:  # i = j - o, for j in positions, within [0, G)
+            if o > 0:
+                need[:, : G - o] |= at_j[:, o:]
+            elif o < 0:
+                need[:, -o:] |= at_j[:, : G + o]
+        return packed_masked_positions(need)
 
     def expected_green(self, q: torch.Tensor, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
         """J of eq. (J) per text under marginals q (B, G, V) (one-hot rows for known tokens), top-k truncated.
@@ -154,30 +195,73 @@ class RedGreenDLMScheme(ContextGreenListScheme):
         w, t = torch.topk(q, k, dim=-1)  # (B, G, k)
         return self.expected_green_candidates(t, w, w, prompt_ids, prompt_mask)
 
-    def tilt_direction(self, step: DenoiseStep) -> torch.Tensor:
-        """∂J/∂p_i(v) at the current marginals: (B, G, V) float32, zero at known positions.
+    def packed_candidates(self, step: DenoiseStep) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`candidates` of every position from the packed masked rows of ``step``.
+
+        Args:
+            step: a :class:`DenoiseStep` with ``masked_logits`` (B, M, V), ``masked_positions`` and
+                ``masked_valid`` (B, M) (the engine's packed-marginals path).
+
+        Returns:
+            tokens (B, G, k) int64 and weights (B, G, k) float32, equal to :meth:`candidates` on the
+            unpacked (B, G, V) marginals.
+        """
+        k = min(max(self.params.top_k_context, self.params.top_k_token), step.masked_logits.shape[-1])
+        w_m, t_m = torch.topk(torch.softmax(step.masked_logits.float(), dim=-1), k, dim=-1)  # (B, M, k)
+        B, G = step.tokens.shape
+        t = torch.zeros((B, G, k), dtype=torch.long, device=t_m.device)
+        w = torch.zeros((B, G, k), dtype=w_m.dtype, device=w_m.device)
+        t[..., 0] = step.tokens  # known positions: a point mass on their token
+        w[..., 0] = 1.0
+        idx = step.masked_positions[..., None].expand(-1, -1, k)  # (B, M, k)
+        keep = step.masked_valid[..., None]  # padding rows point at known positions: leave those
+        t.scatter_(1, idx, torch.where(keep, t_m, torch.gather(t, 1, idx)))
+        w.scatter_(1, idx, torch.where(keep, w_m, torch.gather(w, 1, idx)))
+        return t, w
+
+    def candidate_gradient(self, step: DenoiseStep) -> tuple[torch.Tensor, torch.Tensor]:
+        """∂J/∂p_i(v) on the candidates: tokens (B, G, k) int64 and gradient (B, G, k) float32,
+        zero at known positions. From ``step.masked_logits`` when the engine packs the masked rows,
+        else from ``step.logits`` (B, G, V).
 
         The gradient with respect to the context weights is the predictive bias, the one with
-        respect to the token weights the expectation boost (``terms`` keeps one or both); both are
-        scattered back onto the vocabulary.
+        respect to the token weights the expectation boost (``terms`` keeps one or both).
         """
         masked = step.masked  # (B, G)
-        probs = torch.softmax(step.logits.float(), dim=-1)  # (B, G, V)
-        t, w = self.candidates(probs, step.tokens, masked)  # (B, G, k)
+        if step.masked_logits is not None:
+            t, w = self.packed_candidates(step)
+        elif step.logits.shape[1] != masked.shape[1]:
+            raise InputError("red-green-dlm needs the marginals of every masked position: (B, G, V) logits or "
+                             f"packed masked_logits, got logits {tuple(step.logits.shape)} and no masked_logits")
+        else:
+            probs = torch.softmax(step.logits.float(), dim=-1)  # (B, G, V)
+            t, w = self.candidates(probs, step.tokens, masked)  # (B, G, k)
         terms = self.params.terms
+        rows = rows_valid = None
+        if step.positions is not None:  # only the sampled rows' gradient is used: only their terms of J
+            rows, rows_valid = self.gradient_rows(step.positions, masked.shape[1])
         with torch.enable_grad():
             w_ctx = w.detach().requires_grad_(terms != "expectation-boost")
             w_tok = w.detach().requires_grad_(terms != "predictive-bias")
-            J = self.expected_green_candidates(t, w_ctx, w_tok, step.prompt_ids, step.prompt_mask)  # (B,)
+            J = self.expected_green_candidates(t, w_ctx, w_tok, step.prompt_ids, step.prompt_mask, rows, rows_valid)  # (B,)
             leaves = [x for x in (w_ctx, w_tok) if x.requires_grad]
             grads = torch.autograd.grad(J.sum(), leaves)  # each (B, G, k)
-        g = sum(grads) * masked[..., None]  # (B, G, k), known positions are not tilted
-        return torch.zeros_like(probs).scatter_add_(-1, t, g)  # (B, G, V)
+        return t, sum(grads) * masked[..., None]  # known positions are not tilted
+
+    def tilt_direction(self, step: DenoiseStep) -> torch.Tensor:
+        """∂J/∂p_i(v) at the current marginals, scattered onto the vocabulary: (B, G, V) float32,
+        zero at known positions (``step`` with full (B, G, V) logits)."""
+        t, g = self.candidate_gradient(step)
+        return torch.zeros_like(step.logits, dtype=torch.float32).scatter_add_(-1, t, g)  # (B, G, V)
 
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
-        """Exponential tilt (tilt) in logit space: l + δ·∂J/∂p at masked positions; (B, G, V) float32."""
+        """Exponential tilt (tilt) in logit space: l + δ·∂J/∂p at masked positions; (B, G, V) float32,
+        or (B, K, V) on the sampled rows (modified in place) when the engine packs the masked rows."""
         p = self.params
         if p.delta == 0.0 or not bool(step.masked.any()):
             return step.logits
         strength = p.delta / (len(p.context) + 1) if p.normalize else p.delta
+        if step.positions is not None:  # packed path: tilt the K sampled rows in place, (B, K, V)
+            t, g = self.candidate_gradient(step)
+            return step.logits.scatter_add_(-1, step.at_rows(t), strength * step.at_rows(g))
         return step.logits + strength * self.tilt_direction(step)
