@@ -13,7 +13,11 @@ For every registered watermark scheme (or those given with ``--schemes``) on the
    :class:`sketchwm_attacks.WatermarkStealer` on n watermarked texts (other prompts) against n
    unwatermarked texts, then report the **spoof rate** (fraction of boosted unwatermarked
    generations detected at 1% FPR) and the **scrub rate** (fraction of detected watermarked texts
-   no longer detected after ``steal-scrub``) at the same strengths.
+   no longer detected after ``steal-scrub``) at the same strengths. Control: the same spoofed
+   texts scored by the scheme under an unrelated key (its own threshold from the same
+   unwatermarked texts), ``spoof_rate_other_key``. A spoof that learned the key is detected under
+   the key only; one that merely fools the detector (e.g. with repetitive text) also under the
+   other key. ``--strengths`` with no values skips the scrub step.
 
 Output: a long CSV (``scheme, backend, attack, strength, metric, value, n, train_n, seed,
 config_hash, package_version``) and a printed table (TPR / similarity per strength).
@@ -76,12 +80,12 @@ class Generations:
         self.cache_dir, self.batch_size = cache_dir, batch_size
         cache_dir.mkdir(parents=True, exist_ok=True)
 
-    def watermarker(self, scheme: str) -> Any:
-        """A :class:`sketchwm.api.Watermarker` for ``scheme`` with this run's key, backend and sampler."""
+    def watermarker(self, scheme: str, key: Any = None) -> Any:
+        """A :class:`sketchwm.api.Watermarker` for ``scheme`` with this run's key (or ``key``), backend and sampler."""
         from sketchwm.api import Watermarker
 
         spec = {"name": scheme, "params": self.params.get(scheme, {})}
-        return Watermarker(self.key, {"scheme": spec, "sampler": self.sampler}, backend=self.backend)
+        return Watermarker(key or self.key, {"scheme": spec, "sampler": self.sampler}, backend=self.backend)
 
     def get(self, scheme: str | None, prompts: Sequence[str], seed: int, label: str) -> list[str]:
         """Texts for ``prompts`` (watermarked by ``scheme``, or unwatermarked when None)."""
@@ -197,6 +201,8 @@ def run(args: argparse.Namespace) -> list[dict]:
             "package_version": version,
         })
 
+    # an unrelated key for the spoofing control (same scheme and params, other key material)
+    other_key = WatermarkKey(hashlib.sha256(f"sketchwm/attack-matrix/{args.seed}/control-key".encode()).digest())
     null_texts = gens.get(None, null_prompts, args.seed + 1, "null")
     reference = gens.get(None, steal_prompts, args.seed + 2, "steal-ref") if max_steal else []
     attack_objs = {}
@@ -238,6 +244,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         if max_steal:
             wm_train = gens.get(scheme_name, steal_prompts, args.seed + 4, "steal-train")
             w_ids, r_ids = backend.encode(wm_train), backend.encode(reference)
+            control, control_tau = None, float("nan")
             for tn in args.steal_n:
                 st = WatermarkStealer(backend.vocab_size).fit(w_ids[:tn], r_ids[:tn])
                 k = min(n, args.spoof_n)
@@ -247,7 +254,13 @@ def run(args: argparse.Namespace) -> list[dict]:
                 sp_params = {"delta": args.spoof_delta}
                 add(scheme_name, "steal-spoof", args.spoof_delta, "spoof_rate", sp.rate(tau), k, sp_params, tn)
                 add(scheme_name, "steal-spoof", args.spoof_delta, "spoof_rate_pvalue_1pct", sp.p_rate(args.alpha), k, sp_params, tn)
-                _log(f"{scheme_name} | steal n={tn}: spoof rate {sp.rate(tau):.2f} (p-value rule {sp.p_rate(args.alpha):.2f})")
+                if control is None:
+                    control = gens.watermarker(scheme_name, other_key).scheme
+                    control_tau = conformal_quantile(Scores(control, backend, null_texts).score, args.alpha)
+                sp_other = Scores(control, backend, spoof.texts)
+                add(scheme_name, "steal-spoof", args.spoof_delta, "spoof_rate_other_key", sp_other.rate(control_tau), k, sp_params, tn)
+                _log(f"{scheme_name} | steal n={tn}: spoof rate {sp.rate(tau):.2f} (p-value rule {sp.p_rate(args.alpha):.2f}; "
+                     f"other key {sp_other.rate(control_tau):.2f})")
                 scrub = reg.create("attack", STEAL_ATTACK, {"similarity": not args.no_similarity}, backend=backend, stealer=st)
                 for s in args.strengths:
                     out = scrub.apply(wm_texts, s, torch.Generator().manual_seed(args.seed + 19))
@@ -306,16 +319,21 @@ def format_table(rows: list[dict]) -> str:
     spoof = [r for r in rows if r["attack"] == "steal-spoof" and r["metric"] == "spoof_rate"]
     spoof_p = {(r["scheme"], r["train_n"]): r["value"] for r in rows
                if r["attack"] == "steal-spoof" and r["metric"] == "spoof_rate_pvalue_1pct"}
+    spoof_o = {(r["scheme"], r["train_n"]): r["value"] for r in rows
+               if r["attack"] == "steal-spoof" and r["metric"] == "spoof_rate_other_key"}
     scrub = [r for r in rows if r["attack"] == STEAL_ATTACK and r["metric"] == "scrub_rate"]
     ss = sorted(steal_strengths)
     if spoof or scrub:
         lines += ["", "Watermark stealing (Jovanovic et al. 2024): spoof rate at the calibrated threshold (and with the",
-                  "scheme's own p-value <= 1%), scrub rate at each strength",
-                  f"{'scheme':15s} {'train n':>8s} {'spoof':>7s} {'spoof(p)':>9s} " + " ".join(f"{'scrub@' + format(s, 'g'):>10s}" for s in ss)]
+                  "scheme's own p-value <= 1%; and at an unrelated key's calibrated threshold, the control), scrub",
+                  "rate at each strength",
+                  f"{'scheme':15s} {'train n':>8s} {'spoof':>7s} {'spoof(p)':>9s} {'other key':>10s} "
+                  + " ".join(f"{'scrub@' + format(s, 'g'):>10s}" for s in ss)]
         for r in spoof:
             sc = {x["strength"]: x["value"] for x in scrub if x["scheme"] == r["scheme"] and x["train_n"] == r["train_n"]}
             sp_p = spoof_p.get((r["scheme"], r["train_n"]), float("nan"))
-            lines.append(f"{r['scheme']:15s} {r['train_n']:>8} {r['value']:7.2f} {sp_p:9.2f} "
+            sp_o = spoof_o.get((r["scheme"], r["train_n"]), float("nan"))
+            lines.append(f"{r['scheme']:15s} {r['train_n']:>8} {r['value']:7.2f} {sp_p:9.2f} {sp_o:10.2f} "
                          + " ".join(f"{sc.get(s, float('nan')):10.2f}" for s in ss))
     return "\n".join(lines)
 

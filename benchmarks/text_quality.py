@@ -43,7 +43,7 @@ def label_of(path: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="+", help="JSONL files with a 'text' field")
-    ap.add_argument("--backend", default="default", help="registered backend whose tokenizer counts tokens")
+    ap.add_argument("--backend", default="default", help="registered backend whose tokenizer counts tokens, or 'tiny'")
     ap.add_argument("--reference", default=None, help="label of the reference for ppl_ratio (default: the first file)")
     ap.add_argument("--no-oracle", action="store_true", help="skip oracle perplexity")
     ap.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -52,7 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    backend = get_registry().create("backend", args.backend)
+    if args.backend == "tiny":  # the test suite's tiny random BERT (smoke runs)
+        from sketchwm.testing import tiny_backend
+
+        backend = tiny_backend()
+    else:
+        backend = get_registry().create("backend", args.backend)
     oracle = None
     if not args.no_oracle:
         from sketchwm.oracle import OracleLM
