@@ -339,16 +339,20 @@ def format_table(rows: list[dict]) -> str:
 
 
 def read_csv(paths: Sequence[str]) -> list[dict]:
-    """Rows of one or more CSVs written by this script (numbers parsed), for ``--table-only``."""
-    rows: list[dict] = []
+    """Rows of one or more CSVs written by this script (numbers parsed), for ``--table-only``.
+
+    Runs merge: a row with the same (scheme, attack, strength, metric, train n) as an earlier one
+    (e.g. a re-run that adds the stealing control) replaces it, in the earlier row's place.
+    """
+    rows: dict[tuple, dict] = {}
     for path in paths:
         with open(path, newline="", encoding="utf-8") as fh:
             for r in csv.DictReader(fh):
                 r["strength"] = float(r["strength"])
                 r["value"] = float(r["value"])
                 r["train_n"] = int(r["train_n"]) if r["train_n"] else ""
-                rows.append(r)
-    return rows
+                rows[(r["scheme"], r["attack"], r["strength"], r["metric"], r["train_n"])] = r
+    return list(rows.values())
 
 
 def main(argv: list[str] | None = None) -> int:
