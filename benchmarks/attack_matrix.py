@@ -324,17 +324,19 @@ def format_table(rows: list[dict]) -> str:
     scrub = [r for r in rows if r["attack"] == STEAL_ATTACK and r["metric"] == "scrub_rate"]
     ss = sorted(steal_strengths)
     if spoof or scrub:
+        control = bool(spoof_o)  # runs before the control was added have no such rows
         lines += ["", "Watermark stealing (Jovanovic et al. 2024): spoof rate at the calibrated threshold (and with the",
-                  "scheme's own p-value <= 1%; and at an unrelated key's calibrated threshold, the control), scrub",
-                  "rate at each strength",
-                  f"{'scheme':15s} {'train n':>8s} {'spoof':>7s} {'spoof(p)':>9s} {'other key':>10s} "
-                  + " ".join(f"{'scrub@' + format(s, 'g'):>10s}" for s in ss)]
+                  "scheme's own p-value <= 1%" + ("; and at an unrelated key's calibrated threshold, the control" if control else "")
+                  + "), scrub rate at each strength",
+                  " ".join([f"{'scheme':15s} {'train n':>8s} {'spoof':>7s} {'spoof(p)':>9s}"]
+                           + ([f"{'other key':>10s}"] if control else []) + [f"{'scrub@' + format(s, 'g'):>10s}" for s in ss])]
         for r in spoof:
             sc = {x["strength"]: x["value"] for x in scrub if x["scheme"] == r["scheme"] and x["train_n"] == r["train_n"]}
             sp_p = spoof_p.get((r["scheme"], r["train_n"]), float("nan"))
-            sp_o = spoof_o.get((r["scheme"], r["train_n"]), float("nan"))
-            lines.append(f"{r['scheme']:15s} {r['train_n']:>8} {r['value']:7.2f} {sp_p:9.2f} {sp_o:10.2f} "
-                         + " ".join(f"{sc.get(s, float('nan')):10.2f}" for s in ss))
+            cells = [f"{r['scheme']:15s} {r['train_n']:>8} {r['value']:7.2f} {sp_p:9.2f}"]
+            if control:
+                cells.append(f"{spoof_o.get((r['scheme'], r['train_n']), float('nan')):10.2f}")
+            lines.append(" ".join(cells + [f"{sc.get(s, float('nan')):10.2f}" for s in ss]))
     return "\n".join(lines)
 
 
