@@ -31,6 +31,11 @@ Usage::
     python benchmarks/attack_matrix.py --steal-n             # no stealing
     python benchmarks/attack_matrix.py --attacks none        # stealing only
     python benchmarks/attack_matrix.py --n-texts 50 --schemes global-sketch unigram --steal-n 100
+    python benchmarks/attack_matrix.py --attacks none --steal-n 100 --schemes global-sketch global-sketch#g25 \
+        --params '{"global-sketch#g25": {"score": {"name": "penalized", "params": {"gamma": 0.25}}}}'
+
+A scheme may be listed under tagged names ``NAME#TAG`` (rows and caches carry the tag, params are
+NAME's ``--params`` with the tag's on top), to compare settings of one scheme in one table.
 """
 
 from __future__ import annotations
@@ -80,17 +85,24 @@ class Generations:
         self.cache_dir, self.batch_size = cache_dir, batch_size
         cache_dir.mkdir(parents=True, exist_ok=True)
 
+    def scheme_params(self, scheme: str) -> dict:
+        """``--params`` of ``scheme``; a tagged name ``NAME#TAG`` takes NAME's, then its own on top."""
+        base = scheme.split("#", 1)[0]
+        if base == scheme:
+            return dict(self.params.get(scheme, {}))
+        return {**self.params.get(base, {}), **self.params.get(scheme, {})}
+
     def watermarker(self, scheme: str, key: Any = None) -> Any:
         """A :class:`sketchwm.api.Watermarker` for ``scheme`` with this run's key (or ``key``), backend and sampler."""
         from sketchwm.api import Watermarker
 
-        spec = {"name": scheme, "params": self.params.get(scheme, {})}
+        spec = {"name": scheme.split("#", 1)[0], "params": self.scheme_params(scheme)}
         return Watermarker(key or self.key, {"scheme": spec, "sampler": self.sampler}, backend=self.backend)
 
     def get(self, scheme: str | None, prompts: Sequence[str], seed: int, label: str) -> list[str]:
         """Texts for ``prompts`` (watermarked by ``scheme``, or unwatermarked when None)."""
         tag = config_hash({
-            "scheme": scheme, "params": self.params.get(scheme, {}) if scheme else {}, "key": self.key.fingerprint, "model": getattr(self.backend, "model_id", ""),
+            "scheme": scheme, "params": self.scheme_params(scheme) if scheme else {}, "key": self.key.fingerprint, "model": getattr(self.backend, "model_id", ""),
             "sampler": self.sampler, "seed": seed, "prompts": hashlib.sha256("\n".join(prompts).encode()).hexdigest(),
         })
         path = self.cache_dir / f"{label}-{scheme or 'base'}-{len(prompts)}-{tag}.jsonl"
@@ -294,6 +306,7 @@ def write_csv(rows: list[dict], path: Path) -> None:
 def format_table(rows: list[dict]) -> str:
     """Pivot: one line per (scheme, attack), one column per strength with ``TPR / similarity``; then stealing."""
     cell: dict[tuple, dict[float, dict[str, float]]] = {}
+    w = max([15] + [len(r["scheme"]) for r in rows])  # scheme column width (tagged names are longer)
     strengths: set[float] = set()
     steal: list[str] = []
     for r in rows:
@@ -304,18 +317,18 @@ def format_table(rows: list[dict]) -> str:
     steal_strengths = {r["strength"] for r in rows if r["attack"] == STEAL_ATTACK}
     ss = sorted(strengths)
     clean = {r["scheme"]: r["value"] for r in rows if r["attack"] == "none" and r["metric"] == "tpr_at_1pct_fpr"}
-    head = f"{'scheme':15s} {'attack':22s} " + " ".join(f"{'s=' + format(s, 'g'):>13s}" for s in ss)
+    head = f"{'scheme':{w}s} {'attack':22s} " + " ".join(f"{'s=' + format(s, 'g'):>13s}" for s in ss)
     lines = ["TPR at 1% FPR / mean semantic similarity after each attack", head, "-" * len(head)] if cell else []
     last = None
     for (scheme, attack), by_s in sorted(cell.items()):
         if scheme != last:
-            lines.append(f"{scheme:15s} {'(no attack)':22s} {clean.get(scheme, float('nan')):13.2f}")
+            lines.append(f"{scheme:{w}s} {'(no attack)':22s} {clean.get(scheme, float('nan')):13.2f}")
             last = scheme
         cols = []
         for s in ss:
             m = by_s.get(s, {})
             cols.append(f"{m.get('tpr_at_1pct_fpr', float('nan')):.2f} / {m.get('mean_similarity', float('nan')):.2f}".rjust(13))
-        lines.append(f"{'':15s} {attack:22s} " + " ".join(cols))
+        lines.append(f"{'':{w}s} {attack:22s} " + " ".join(cols))
     spoof = [r for r in rows if r["attack"] == "steal-spoof" and r["metric"] == "spoof_rate"]
     spoof_p = {(r["scheme"], r["train_n"]): r["value"] for r in rows
                if r["attack"] == "steal-spoof" and r["metric"] == "spoof_rate_pvalue_1pct"}
@@ -328,12 +341,12 @@ def format_table(rows: list[dict]) -> str:
         lines += ["", "Watermark stealing (Jovanovic et al. 2024): spoof rate at the calibrated threshold (and with the",
                   "scheme's own p-value <= 1%" + ("; and at an unrelated key's calibrated threshold, the control" if control else "")
                   + "), scrub rate at each strength",
-                  " ".join([f"{'scheme':15s} {'train n':>8s} {'spoof':>7s} {'spoof(p)':>9s}"]
+                  " ".join([f"{'scheme':{w}s} {'train n':>8s} {'spoof':>7s} {'spoof(p)':>9s}"]
                            + ([f"{'other key':>10s}"] if control else []) + [f"{'scrub@' + format(s, 'g'):>10s}" for s in ss])]
         for r in spoof:
             sc = {x["strength"]: x["value"] for x in scrub if x["scheme"] == r["scheme"] and x["train_n"] == r["train_n"]}
             sp_p = spoof_p.get((r["scheme"], r["train_n"]), float("nan"))
-            cells = [f"{r['scheme']:15s} {r['train_n']:>8} {r['value']:7.2f} {sp_p:9.2f}"]
+            cells = [f"{r['scheme']:{w}s} {r['train_n']:>8} {r['value']:7.2f} {sp_p:9.2f}"]
             if control:
                 cells.append(f"{spoof_o.get((r['scheme'], r['train_n']), float('nan')):10.2f}")
             lines.append(" ".join(cells + [f"{sc.get(s, float('nan')):10.2f}" for s in ss]))

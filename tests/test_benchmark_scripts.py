@@ -51,3 +51,19 @@ def test_text_quality_on_jsonl(tmp_path, capsys):
     assert set(rows) == {"unwatermarked", "unigram"}
     assert float(rows["unigram"]["top_token_share"]) == 1.0
     assert float(rows["unwatermarked"]["distinct_2"]) == 1.0
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_attack_matrix_tagged_scheme_names(tmp_path):
+    """``NAME#TAG`` runs NAME with the tag's params on top of NAME's, and keeps the tag in the rows."""
+    am = _load("attack_matrix")
+    out = tmp_path / "t.csv"
+    params = {"unigram": {"gamma": 0.5}, "unigram#weak": {"delta": 0.0}}
+    assert am.main(["--backend", "tiny", "--schemes", "unigram", "unigram#weak", "--attacks", "delete-random",
+                    "--strengths", "0.1", "--n-texts", "8", "--n-null", "8", "--steal-n", "--gen-length", "32", "--batch-size", "8", "--no-similarity",
+                    "--params", json.dumps(params), "--out", str(out)]) == 0
+    tpr = {r["scheme"]: float(r["value"]) for r in csv.DictReader(out.open())
+           if r["attack"] == "none" and r["metric"] == "tpr_at_pvalue_1pct"}  # 8 null texts: τ is +inf
+    assert set(tpr) == {"unigram", "unigram#weak"}
+    assert tpr["unigram"] >= 0.75 and tpr["unigram#weak"] <= 0.25  # δ = 0: no watermark in the tagged run
+    assert "unigram#weak" in am.format_table(am.read_csv([str(out)]))
