@@ -301,7 +301,8 @@ class DenoiseStep:
             Rows where a text commits fewer than K tokens repeat other indices and are ignored.
         masked_logits: None, or — for schemes with ``packed_marginals = True`` on the sampled-rows
             path — (B, M, V) float32, the marginals (as logits, banned ids at -inf) of every masked
-            position, packed: row j of text b is position ``masked_positions[b, j]``. ``logits`` then
+            position (of those within ``marginal_radius`` of a sampled row when the scheme sets
+            one), packed: row j of text b is position ``masked_positions[b, j]``. ``logits`` then
             holds only the K sampled rows (``positions``), which are among them.
         masked_positions: (B, M) int64 generation-region indices of ``masked_logits``' rows, or None.
         masked_valid: (B, M) bool, False on padding rows (texts with fewer than M masked positions;
@@ -380,6 +381,10 @@ class WatermarkScheme(Component):
     #: masked rows only, passes them packed in ``DenoiseStep.masked_logits`` (B, M, V), and passes
     #: the K sampled rows in ``logits`` (B, K, V) with ``positions``: no (B, G, V) tensor is built.
     packed_marginals: bool = False
+    #: With ``packed_marginals``: None — the hooks need every masked row; r >= 0 — they need only
+    #: the masked rows within r positions of a sampled row (a scheme whose tilt reads neighbours
+    #: only, such as a context-hashed green list), and the engine packs just those.
+    marginal_radius: int | None = None
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):
         self.params = self.parse_params(params)

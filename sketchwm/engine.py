@@ -270,7 +270,13 @@ class MaskedDiffusionSampler:
                     # scheme also gets the masked rows packed, (B, M, V), and no (B, G, V) is built
                     packed_rows: dict[str, torch.Tensor] = {}
                     if packed:
-                        mpos, mvalid = packed_masked_positions(masked)  # (B, M), (B, M)
+                        rows_needed = masked
+                        radius = self.scheme.marginal_radius
+                        if radius is not None:  # only the masked rows near a sampled row
+                            near = torch.nn.functional.max_pool1d(
+                                chosen[:, None, :].float(), kernel_size=2 * radius + 1, stride=1, padding=radius)[:, 0]
+                            rows_needed = masked & (near > 0)
+                        mpos, mvalid = packed_masked_positions(rows_needed)  # (B, M), (B, M)
                         mlogits = be.logits_at(x, attn, mpos + P).float()  # (B, M, V)
                         if banned.numel():
                             mlogits[..., banned] = float("-inf")

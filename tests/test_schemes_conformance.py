@@ -202,6 +202,21 @@ def test_packed_path_matches_full_path(name, block_length, tiny):
     assert torch.equal(outs[0], outs[1])
 
 
+@pytest.mark.parametrize("context", [[-1], [-1, 1], [-2]])
+def test_red_green_dlm_neighbour_rows_match_full_path(context, tiny):
+    """red-green-dlm packs only the masked rows within ``marginal_radius`` = 2·max|o| of a sampled
+    row; for every context set the texts must equal the full (B, G, V) path."""
+    cfg = {**SAMPLER, "block_length": 16}
+    outs = []
+    for packed in (True, False):
+        scheme = make("red-green-dlm", tiny.vocab_size, context=context)
+        assert scheme.marginal_radius == 2 * max(abs(o) for o in context)
+        scheme.packed_marginals = packed
+        out = MaskedDiffusionSampler(tiny, cfg, scheme).generate(PROMPTS[:4], torch.Generator().manual_seed(11))
+        outs.append(out.ids)
+    assert torch.equal(outs[0], outs[1])
+
+
 def test_packed_path_builds_no_full_logits(tiny, monkeypatch):
     """global-sketch declares packed marginals, and on that path the engine never asks the backend
     for (B, P+G, V) logits (the zero-filled full tensor is what the path exists to avoid)."""

@@ -75,6 +75,12 @@ class RedGreenDLMScheme(ContextGreenListScheme):
     #: engine passes the masked rows packed and the tilt is applied to the sampled rows only.
     packed_marginals = True
 
+    @property
+    def marginal_radius(self) -> int:
+        """The sampled row j's gradient reads the candidates of i + o' for i = j − o (o, o' ∈ O):
+        masked rows within 2·max|o| of j are all it needs."""
+        return 2 * max(abs(o) for o in self.params.context)
+
     # ------------------------------------------------------------------ expected green score
     def candidates(self, probs: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-k candidates of every position's distribution.
@@ -204,7 +210,9 @@ class RedGreenDLMScheme(ContextGreenListScheme):
 
         Returns:
             tokens (B, G, k) int64 and weights (B, G, k) float32, equal to :meth:`candidates` on the
-            unpacked (B, G, V) marginals.
+            unpacked (B, G, V) marginals at the packed rows and at known positions; masked positions
+            the engine did not pack (outside ``marginal_radius`` of every sampled row) are left as a
+            point mass on their [MASK] id, which no term of the sampled rows' gradient reads.
         """
         k = min(max(self.params.top_k_context, self.params.top_k_token), step.masked_logits.shape[-1])
         w_m, t_m = torch.topk(torch.softmax(step.masked_logits.float(), dim=-1), k, dim=-1)  # (B, M, k)
