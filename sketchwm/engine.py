@@ -270,24 +270,7 @@ class MaskedDiffusionSampler:
                     # scheme also gets the masked rows packed, (B, M, V), and no (B, G, V) is built
                     packed_rows: dict[str, torch.Tensor] = {}
                     if packed:
-                        rows_needed = masked
-                        radius = self.scheme.marginal_radius
-                        if radius is not None:  # only the masked rows near a sampled row
-                            near = torch.nn.functional.max_pool1d(
-                                chosen[:, None, :].float(), kernel_size=2 * radius + 1, stride=1, padding=radius)[:, 0]
-                            rows_needed = masked & (near > 0)
-                        mpos, mvalid = packed_masked_positions(rows_needed)  # (B, M), (B, M)
-                        mlogits = be.logits_at(x, attn, mpos + P).float()  # (B, M, V)
-                        if banned.numel():
-                            mlogits[..., banned] = float("-inf")
-                        if not bool(torch.isfinite(mlogits.amax(-1))[mvalid].all()):
-                            raise InputError(f"backend '{be.name}' returned NaN or inf logits at step {step_idx}")
-                        # row of each generation position in the packed tensor; the sampled positions
-                        # are masked, so they are among the packed rows
-                        row_of = torch.zeros_like(gen).scatter_(1, mpos, arange_g[: mpos.shape[1]].expand(B, -1))
-                        rows = torch.gather(row_of, 1, pos)  # (B, kmax)
-                        sel = torch.gather(mlogits, 1, rows[..., None].expand(-1, -1, V))  # (B, kmax, V), a copy
-                        packed_rows = {"masked_logits": mlogits, "masked_positions": mpos, "masked_valid": mvalid}
+                        sel, packed_rows = self._packed_logits(x, attn, P, masked, chosen, pos, banned, step_idx)
                     else:
                         sel = be.logits_at(x, attn, pos + P).float()
                         if banned.numel():
@@ -359,6 +342,49 @@ class MaskedDiffusionSampler:
             lengths = first
         texts = [be.decode(gen[b, : int(lengths[b])].tolist()) for b in range(B)]
         return GenerationOutput(ids=gen.cpu(), lengths=lengths.cpu(), texts=texts, prompts=prompt_texts)
+
+    def _packed_logits(
+        self, x: torch.Tensor, attn: torch.Tensor, P: int, masked: torch.Tensor, chosen: torch.Tensor,
+        pos: torch.Tensor, banned: torch.Tensor, step_idx: int,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The packed-marginals path of one step (schemes with ``packed_marginals``).
+
+        Args:
+            x: (B, P+G) int64 prompt + generation ids; attn: (B, P+G) bool; P: prompt width.
+            masked: (B, G) bool, M_t; chosen: (B, G) bool, the positions sampled at this step.
+            pos: (B, K) int64 sampled positions (entries beyond a text's count are ignored).
+            banned: (n,) int64 ids set to -inf; step_idx: for error messages.
+
+        Returns:
+            the sampled rows' logits (B, K, V) float32 (a copy the scheme may modify) and the
+            ``DenoiseStep`` fields ``masked_logits`` (B, M, V), ``masked_positions`` and
+            ``masked_valid`` (B, M): every masked row, or those within the scheme's
+            ``marginal_radius`` of a sampled row.
+
+        Raises:
+            InputError: NaN or inf logits from the backend on a packed row.
+        """
+        be, B, V = self.backend, masked.shape[0], self.backend.vocab_size
+        rows_needed = masked
+        radius = self.scheme.marginal_radius
+        if radius is not None:  # only the masked rows near a sampled row
+            near = torch.nn.functional.max_pool1d(
+                chosen[:, None, :].float(), kernel_size=2 * radius + 1, stride=1, padding=radius)[:, 0]
+            rows_needed = masked & (near > 0)
+        mpos, mvalid = packed_masked_positions(rows_needed)  # (B, M), (B, M)
+        mlogits = be.logits_at(x, attn, mpos + P).float()  # (B, M, V)
+        if banned.numel():
+            mlogits[..., banned] = float("-inf")
+        if not bool(torch.isfinite(mlogits.amax(-1))[mvalid].all()):
+            raise InputError(f"backend '{be.name}' returned NaN or inf logits at step {step_idx}")
+        # row of each generation position in the packed tensor; the sampled positions are masked and
+        # near themselves, so they are among the packed rows
+        M = mpos.shape[1]
+        row_of = torch.zeros_like(masked, dtype=torch.long).scatter_(
+            1, mpos, torch.arange(M, device=mpos.device).expand(B, -1))
+        rows = torch.gather(row_of, 1, pos)  # (B, K)
+        sel = torch.gather(mlogits, 1, rows[..., None].expand(-1, -1, V))  # (B, K, V), a copy
+        return sel, {"masked_logits": mlogits, "masked_positions": mpos, "masked_valid": mvalid}
 
     def _scheme_sets_confidence(self) -> bool:
         """True if the scheme overrides :meth:`WatermarkScheme.remasking_confidence`."""
