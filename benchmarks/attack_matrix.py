@@ -271,8 +271,10 @@ def run(args: argparse.Namespace) -> list[dict]:
                     control_tau = conformal_quantile(Scores(control, backend, null_texts).score, args.alpha)
                 sp_other = Scores(control, backend, spoof.texts)
                 add(scheme_name, "steal-spoof", args.spoof_delta, "spoof_rate_other_key", sp_other.rate(control_tau), k, sp_params, tn)
+                add(scheme_name, "steal-spoof", args.spoof_delta, "spoof_rate_other_key_pvalue_1pct", sp_other.p_rate(args.alpha),
+                    k, sp_params, tn)
                 _log(f"{scheme_name} | steal n={tn}: spoof rate {sp.rate(tau):.2f} (p-value rule {sp.p_rate(args.alpha):.2f}; "
-                     f"other key {sp_other.rate(control_tau):.2f})")
+                     f"other key {sp_other.rate(control_tau):.2f}, its p-value rule {sp_other.p_rate(args.alpha):.2f})")
                 scrub = reg.create("attack", STEAL_ATTACK, {"similarity": not args.no_similarity}, backend=backend, stealer=st)
                 for s in args.strengths:
                     out = scrub.apply(wm_texts, s, torch.Generator().manual_seed(args.seed + 19))

@@ -31,7 +31,7 @@ def test_attack_matrix_stealing_smoke(tmp_path):
     assert rc == 0
     rows = list(csv.DictReader(out.open()))
     metrics = {(r["attack"], r["metric"]): float(r["value"]) for r in rows}
-    for m in ("spoof_rate", "spoof_rate_pvalue_1pct", "spoof_rate_other_key"):
+    for m in ("spoof_rate", "spoof_rate_pvalue_1pct", "spoof_rate_other_key", "spoof_rate_other_key_pvalue_1pct"):
         assert 0.0 <= metrics[("steal-spoof", m)] <= 1.0
     assert ("steal-scrub", "scrub_rate") in metrics
     table = am.format_table(am.read_csv([str(out)]))
