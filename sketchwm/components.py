@@ -122,20 +122,38 @@ class Sketch(Component):
         out = torch.zeros(ids.shape[0], self.vocab_size, dtype=torch.float32, device=self.device)
         return out.scatter_add_(1, ids, w)
 
-    def sketch(self, ids: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
-        """h_k(y) = Φᵀ c(y) / √N (paper §4.1): ids (B, N) int64 → (B, D) float32.
+    #: ``count`` (the paper's sketch of token counts) or ``presence`` (of the set of distinct tokens).
+    counting: str = "count"
+    #: (V,) bool, False for tokens whose feature φ(v) is zero, or None (every token counts).
+    keep: torch.Tensor | None = None
 
-        N is the number of valid tokens of each row. Rows with N = 0 give a zero sketch.
-        Exactly invariant to permutations of the tokens of a row.
+    def weights(self, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the sketch sums and its normaliser: counts (B, V) → x (B, V) float32, n (B,) float32.
+
+        ``count``: x = c(y) (kept tokens), n = Σ_v x_v = N. ``presence``: x_v = 1[c_v(y) > 0] (kept
+        tokens), n = number of distinct kept tokens. h(y) = Φᵀx / √n.
         """
-        c = self.counts(ids, valid)  # (B, V)
-        n = c.sum(1, keepdim=True).clamp_min(1.0)  # (B, 1)
-        return self.project(c) / n.sqrt()
+        x = (counts > 0).float() if self.counting == "presence" else counts.float()
+        if self.keep is not None:
+            x = x * self.keep.to(x.device, x.dtype)[None, :]
+        return x, x.sum(1)
+
+    def sketch(self, ids: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+        """h_k(y) = Φᵀ x(y) / √n (paper §4.1; x, n from :meth:`weights`): ids (B, N) int64 → (B, D) float32.
+
+        Rows with n = 0 give a zero sketch. Exactly invariant to permutations of the tokens of a
+        row; with ``presence`` also to adding copies of tokens already present.
+
+        Raises:
+            InputError: ids outside [0, V).
+        """
+        x, n = self.weights(self.counts(ids, valid))  # (B, V), (B,)
+        return self.project(x) / n.clamp_min(1.0).sqrt()[:, None]
 
     def expected_sketch(
         self, frozen_counts: torch.Tensor, marginal_mass: torch.Tensor, n_tokens: torch.Tensor | float
     ) -> torch.Tensor:
-        """Expected sketch ĥ_{k,t} of eq. (5).
+        """Expected sketch ĥ_{k,t} of eq. (5) for ``count``: Φᵀ(c_F + Σ_{i∈M_t} p_i) / √N.
 
         Args:
             frozen_counts: (B, V) float, counts of the unmasked tokens (F_t).
@@ -147,6 +165,38 @@ class Sketch(Component):
         """
         n = torch.as_tensor(n_tokens, dtype=torch.float32, device=self.device).reshape(-1, 1)
         return self.project(frozen_counts + marginal_mass) / n.sqrt()
+
+    def expected_weights(
+        self, frozen_counts: torch.Tensor, probs: torch.Tensor, valid: torch.Tensor, n_tokens: int
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """E[x(Y)] under the independent masked marginals (eq. 5 and its presence analogue).
+
+        ``count``: E[x] = c_F + Σ_{i∈M} p_i (eq. 5), n̂ = N. ``presence``: E[x_v] = 1 if v is frozen,
+        else 1 − Π_{i∈M}(1 − p_i(v)) (independent positions), n̂ = Σ_v E[x_v] (a plug-in for the
+        random number of distinct tokens, see :mod:`sketchwm_builtin.global_sketch`).
+
+        Args:
+            frozen_counts: (B, V) float32 counts of the unmasked tokens.
+            probs: (B, M, V) float32 masked marginals; OVERWRITTEN for ``presence`` (log(1 − p)).
+            valid: (B, M) bool, which rows of ``probs`` are masked positions.
+            n_tokens: N (the generation length).
+
+        Returns:
+            w_hat (B, V) float32, n_hat (B,) float32, and for ``presence`` log_absent (B, V) float32 =
+            Σ_{i∈M} log(1 − p_i(v)) (None for ``count``).
+        """
+        keep = None if self.keep is None else self.keep.to(probs.device, torch.float32)[None, :]
+        if self.counting == "count":
+            w = frozen_counts + torch.bmm(valid.to(probs.dtype)[:, None, :], probs)[:, 0]  # (B, V)
+            if keep is not None:
+                w = w * keep
+            return w, torch.full((w.shape[0],), float(n_tokens), device=w.device), None
+        log1m = probs.clamp_(max=1 - 1e-6).neg_().log1p_()  # (B, M, V) log(1 − p_i(v)), in place
+        log_absent = torch.bmm(valid.to(probs.dtype)[:, None, :], log1m)[:, 0]  # (B, V)
+        w = torch.where(frozen_counts > 0, torch.ones_like(log_absent), -torch.expm1(log_absent))  # (B, V)
+        if keep is not None:
+            w = w * keep
+        return w, w.sum(1).clamp_min(1.0), log_absent
 
 
 # ============================================================================ scores

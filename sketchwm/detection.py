@@ -31,7 +31,7 @@ from .components import WatermarkScheme, tokenizer_fingerprint
 from .config import StrictModel, config_hash
 from .errors import CalibrationError, InputError, TokenizerMismatchError
 
-__all__ = ["DetectionResult", "Detector", "Calibration", "LengthBin", "calibrate", "DEFAULT_BIN_EDGES", "pad_ids"]
+__all__ = ["DetectionResult", "Detector", "decision_threshold", "Calibration", "LengthBin", "calibrate", "DEFAULT_BIN_EDGES", "pad_ids"]
 
 DEFAULT_BIN_EDGES = (16, 32, 64, 96, 128, 192, 256, 384, 512, 1024, 1 << 30)
 CALIBRATION_VERSION = 1
@@ -60,8 +60,9 @@ class DetectionResult:
         threshold: (B,) float64, threshold applied to ``score`` (per length bin when calibrated).
         is_watermarked: (B,) bool, ``score >= threshold``.
         n_tokens: (B,) int64, tokens scored.
-        threshold_source: ``"calibrated"`` or ``"analytic"`` (or ``"p-value"`` when the scheme has no
-            closed-form threshold and the decision is ``p_value <= alpha``).
+        threshold_source: ``"max(calibrated, analytic)"``, ``"calibrated"`` (schemes without a
+            closed-form threshold), ``"analytic"``, or ``"p-value"`` (no closed form, no calibration:
+            the decision is ``p_value <= alpha``); see :meth:`Detector.decide`.
         alpha: target false-positive rate.
         key_fingerprint: fingerprint of the key (never the key).
         scheme: scheme name.
@@ -201,6 +202,25 @@ def conformal_quantile(scores: torch.Tensor, alpha: float) -> float:
     return float("inf") if k > n else float(s[k - 1])
 
 
+def decision_threshold(scheme: WatermarkScheme, null_scores: torch.Tensor, alpha: float, n_tokens: int = 128) -> float:
+    """The one decision rule's threshold for a single length bin: max(conformal τ_N, analytic τ_α).
+
+    Used by benchmarks that calibrate in memory (see :meth:`Detector.decide`).
+
+    Args:
+        scheme: the keyed scheme; null_scores: (n,) its scores on unwatermarked texts;
+        alpha: false-positive rate; n_tokens: text length passed to ``analytic_threshold``.
+
+    Returns:
+        the threshold on ``score`` (+inf if too few null scores for α).
+    """
+    tau = conformal_quantile(null_scores, alpha)
+    try:
+        return max(tau, float(scheme.analytic_threshold(alpha, n_tokens)))
+    except NotImplementedError:
+        return tau
+
+
 class Detector:
     """Detect a scheme's watermark in texts or token ids.
 
@@ -252,6 +272,42 @@ class Detector:
                 raise InputError(f"text {i} is empty")
         return [list(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
 
+    def decide(self, score: torch.Tensor, p_value: torch.Tensor, n_tokens: torch.Tensor) -> tuple[torch.Tensor, str, torch.Tensor]:
+        """The one decision rule of sketchwm (``detect``, ``demo``, the benchmarks and the baselines).
+
+        A text is flagged iff its score passes every test the detector holds at level α:
+
+        * the scheme's **analytic** threshold τ_α (for ``global-sketch`` with the background null this
+          is exactly p ≤ α; for the baselines ``score = −log10 p``, so again p ≤ α; for the paper's
+          key-randomised penalised score, eq. 19);
+        * and, when a calibration is given, the **calibrated** τ_N of the text's length bin (the
+          conformal (1 − α)-quantile of the score on unwatermarked samples of the model).
+
+        So threshold = max(τ_N, τ_α). A scheme without a closed-form τ_α (KTH, whose permutation
+        p-value is resolution-limited) uses τ_N when calibrated, else p ≤ α.
+
+        Args:
+            score, p_value: (B,) float64; n_tokens: (B,) int64 lengths (for the length bins).
+
+        Returns:
+            threshold (B,) float64 (NaN when the decision is p ≤ α), its source, is_watermarked (B,) bool.
+        """
+        try:
+            analytic = torch.tensor([self.scheme.analytic_threshold(self.alpha, int(k)) for k in n_tokens],
+                                    dtype=torch.float64)
+        except NotImplementedError:
+            analytic = None
+        if self.calibration is not None:
+            thr = self.calibration.threshold_for(n_tokens)
+            source = "calibrated"
+            if analytic is not None:
+                source = "max(calibrated, analytic)"
+                thr = torch.maximum(thr, analytic)
+            return thr, source, score >= thr
+        if analytic is not None:
+            return analytic, "analytic", score >= analytic
+        return torch.full_like(score, float("nan")), "p-value", p_value <= self.alpha
+
     def detect(self, texts: Sequence[str]) -> DetectionResult:
         """Detect in texts (see :meth:`detect_ids`)."""
         return self.detect_ids(self.tokenize(texts))
@@ -277,21 +333,7 @@ class Detector:
         ids, valid = pad_ids(id_lists)
         s = self.scheme.score_ids(ids, valid)
         n = s.n_scored.cpu()
-        if self.calibration is not None:
-            thr = self.calibration.threshold_for(valid.sum(1))
-            source = "calibrated"
-            decide = s.score.cpu() >= thr
-        else:
-            try:
-                thr = torch.tensor(
-                    [self.scheme.analytic_threshold(self.alpha, int(k)) for k in valid.sum(1)], dtype=torch.float64
-                )
-                source = "analytic"
-                decide = s.score.cpu() >= thr
-            except NotImplementedError:
-                thr = torch.full((len(id_lists),), float("nan"), dtype=torch.float64)
-                source = "p-value"
-                decide = s.p_value.cpu() <= self.alpha
+        thr, source, decide = self.decide(s.score.cpu(), s.p_value.cpu(), valid.sum(1))
         return DetectionResult(
             score=s.score.cpu(), z=s.z.cpu(), p_value=s.p_value.cpu(), threshold=thr, is_watermarked=decide,
             n_tokens=n, threshold_source=source, alpha=self.alpha, key_fingerprint=self.key_fingerprint,

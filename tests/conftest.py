@@ -50,3 +50,13 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def default_tokenizer():
+    """The shipped default model's tokenizer (offline; no weights loaded)."""
+    from transformers import AutoTokenizer
+
+    from sketchwm.default_model import MODEL_DIR
+
+    return AutoTokenizer.from_pretrained(str(MODEL_DIR), local_files_only=True)

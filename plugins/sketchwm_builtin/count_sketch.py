@@ -13,7 +13,7 @@ per within-bucket rank; no loop over tokens).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from pydantic import Field
@@ -89,17 +89,27 @@ def balance_signs(prior: torch.Tensor, buckets: torch.Tensor, coins: torch.Tenso
 
 
 class CountSketchParams(StrictModel):
-    """Count-Sketch shape.
+    """Count-Sketch shape and what it counts.
 
     Attributes:
         d: rows (independent hash functions).
         w: buckets per row; D = d·w.
         balance_signs: balance signs under the token prior (eq. 4); False gives plain keyed signs.
+        counting: ``count`` — the paper's sketch, Σ_j φ(y_j) / √N (Def. 2.3, §4.1), every
+            occurrence counts; ``presence`` — the sketch of the set of distinct tokens,
+            Σ_{v ∈ y} φ(v) / √n_d with n_d the number of distinct (kept) tokens: adding copies of a
+            token already present leaves it unchanged (flood-robust, see :class:`Sketch`).
+        exclude_top: the ``exclude_top`` most frequent tokens of the token prior get φ(v) = 0
+            (they are in almost every text, so their presence carries no evidence and their
+            domain-dependent frequency is what biases a fixed key's null). 0 keeps every token;
+            ignored (and reported) when no prior is given; never more than half the vocabulary.
     """
 
     d: int = Field(4, ge=1, le=64)
     w: int = Field(256, ge=2, le=1 << 20)
     balance_signs: bool = True
+    counting: Literal["count", "presence"] = "count"
+    exclude_top: int = Field(0, ge=0)
 
 
 class CountSketch(Sketch):
@@ -126,7 +136,10 @@ class CountSketch(Sketch):
         counter = rows * (1 << 32) + torch.arange(V, dtype=torch.int64)[None, :]  # (d, V)
         self.buckets = keyed_randint(key.seed("count-sketch/bucket"), counter, w)  # (d, V) int64
         coins = keyed_signs(key.seed("count-sketch/sign"), counter)  # (d, V) float32
-        self._report: dict[str, Any] = {"d": d, "w": w, "D": d * w, "balanced": False}
+        self.counting = self.params.counting
+        self._report: dict[str, Any] = {"d": d, "w": w, "D": d * w, "balanced": False, "counting": self.counting,
+                                        "excluded_tokens": 0}
+        keep = torch.ones(V, dtype=torch.bool)
         if token_prior is not None:
             prior = torch.as_tensor(token_prior, dtype=torch.float64).flatten()
             if prior.numel() != V:
@@ -134,6 +147,12 @@ class CountSketch(Sketch):
             if bool((prior < 0).any()) or not torch.isfinite(prior).all() or float(prior.sum()) <= 0:
                 raise ConfigError("token prior must be finite, non-negative and not all zero")
             prior = prior / prior.sum()
+            n_ex = min(self.params.exclude_top, V // 2)
+            if n_ex:
+                keep[torch.argsort(prior, descending=True, stable=True)[:n_ex]] = False
+                self._report.update(excluded_tokens=n_ex, excluded_mass=float(prior[~keep].sum()))
+                prior = torch.where(keep, prior, torch.zeros_like(prior))  # balance the kept tokens only
+                prior = prior / prior.sum()
             raw = bucket_imbalance(prior, self.buckets, coins, w)
             signs = balance_signs(prior, self.buckets, coins, w) if self.params.balance_signs else coins
             bal = bucket_imbalance(prior, self.buckets, signs, w)
@@ -155,7 +174,10 @@ class CountSketch(Sketch):
             )
         else:
             signs = coins
-        self.signs = signs.to(torch.float32)
+            if self.params.exclude_top:
+                self._report["exclude_top_ignored"] = "no token prior: every token is kept"
+        self.keep = keep  # (V,) bool, False where φ(v) = 0
+        self.signs = torch.where(keep[None, :], signs.to(torch.float32), torch.zeros((), dtype=torch.float32))
         self.flat_index = (rows * w + self.buckets)  # (d, V) coordinate in [0, D)
         self.to(self.device)
 
@@ -165,6 +187,7 @@ class CountSketch(Sketch):
         self.buckets = self.buckets.to(self.device)
         self.signs = self.signs.to(self.device)
         self.flat_index = self.flat_index.to(self.device)
+        self.keep = self.keep.to(self.device)
         self.__dict__.pop("_idx_cache", None)
         return self
 

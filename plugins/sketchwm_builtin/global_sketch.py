@@ -10,7 +10,44 @@ Embedding (Alg. 1): at each denoising step with η_t > 0,
 steps) or ``ramp`` (linear from 1/T to 1). The √N makes δ the typical logit shift per unit of
 ⟨r, φ(v)⟩, independent of the length.
 
-Detection (Alg. 2): h_k(y) (§4.1), the score function's statistic and key-randomised p-value.
+Counting (sketch param ``counting``). ``count`` is the paper's sketch, h = Σ_j φ(y_j)/√N: additive, so
+m copies of one token add m·φ(v) and a flood of one repeated token swamps it. ``presence`` sketches
+the set of distinct tokens: h = Σ_v x_v φ(v)/√n_d with x_v = 1[v ∈ y] (kept tokens only: the sketch's
+``exclude_top`` most frequent prior tokens have φ = 0) and n_d = Σ_v x_v. Copies of a token already
+present change nothing.
+
+Expected presence sketch (the analogue of eq. 5). Under the independent masked marginals of Def. 2.1,
+x_v = 1 if v is frozen (some i ∈ F_t holds v), else P(x_v = 1) = 1 − Π_{i∈M_t}(1 − p_i(v)), so
+
+    ŵ_v = 1[v ∈ F_t] + 1[v ∉ F_t]·(1 − exp(Σ_{i∈M_t} log(1 − p_i(v)))),   ĥ = Φᵀŵ / √n̂,   n̂ = Σ_v keep_v ŵ_v,
+
+one batched matrix product of log(1 − p) over the masked rows (B × M × V). n_d is random; we use
+the plug-in n̂ = E[n_d] (a ratio of expectations, like the paper's use of ĥ as a one-step surrogate;
+its error is O(Var(n_d)/n̂²) and vanishes as positions are committed). The residual gradient is the
+exact derivative of ½S(ĥ) in p_i(v), n̂ included:
+
+    a_i(v) = ⟨r, ∂ĥ/∂p_i(v)⟩ = (⟨r, φ(v)⟩ − ½ keep_v ⟨r, ĥ⟩/√n̂) / √n̂ · Π_{j∈M_t, j≠i}(1 − p_j(v)),
+
+zero for tokens already frozen (presence cannot grow), r = ½∇_h S at ĥ (u_k − λĥ for eq. 2). The
+tilt is eq. 7 with η_t = δ·√n̂·s(t). For ``count`` this reduces to eq. 5-7 with n̂ = N.
+(Tested: expectation vs Monte Carlo, gradient vs ``torch.autograd``, order and flood invariance.)
+
+Detection (Alg. 2). Two nulls, named by ``null``:
+
+* ``background`` (default with ``presence``): the p-value is valid for the one key the user holds.
+  For a fixed key every token has a fixed weight c_k(v) = ⟨u_k, φ_k(v)⟩, so the statistic
+  T = ⟨u_k, Φᵀx⟩ = Σ_v c_k(v) x_v has a key-dependent null mean; it is centred by a background token
+  model: each kept token present independently with q_v(n) = 1 − (1 − π_v)^n for a text of n tokens,
+  π the token prior, giving z = (T − Σ c q)/(Σ c² q(1 − q))^{1/2} and p = 1 − Φ(z − β). The top
+  ``exclude_top`` tokens are left out because their presence is near-certain and domain-dependent;
+  β (``null_margin``, 0.5) allows the background model's mean for this key to be off by β standard
+  deviations on a text domain it never saw. β was set from the shipped ``human`` set (the test split
+  of the corpus the prior comes from, 5 domains): across 40 keys the per-key mean of z has standard
+  deviation ≤ 0.17 within a domain, and β ≈ 3 × 0.17. It was then checked, not tuned, on the two
+  held-out domains (``benchmarks/null_per_key.py``). What it does not promise: validity on text
+  from a distribution far from the prior (e.g. a flood of rare tokens chosen by an adversary).
+* ``key-randomised`` (the paper's, Theorem 5.4): score S_k (eq. 2), exact key-randomised p-value
+  (characteristic function + FFT); valid on average over random keys, not for one fixed key.
 
 Keys (§4.1): k = (k_sk, k_dir) derived from one secret; the Rademacher direction u_k comes from
 k_dir. A *key family* shares k_sk and gives member i the direction u^{(i)} = PRF(k_dir, i), so K
@@ -121,22 +158,39 @@ class GlobalSketchParams(StrictModel):
             γ=0.25 gave 4.5 at 2.3× (δ=0.3) and 7.7 at 3.4× (δ=0.5) (README, "Choosing δ and γ"). With γ=1 the
             analytic threshold of eq. 19 is unreachable below ~100 tokens (S_k <= d(2√N − γ√w)
             when no token repeats); with γ=0.05 it is τ_α = 11.5 at α = 1%.
-        delta: δ in η_t = δ·√N·s(t) (0 disables embedding). Default 0.5 (see ``score``).
+        delta: δ in η_t = δ·√n̂·s(t) (0 disables embedding). Default 0.75: with the presence sketch,
+            on 30 prompts × 128 tokens of the default DLM, δ = 0.75 gave mean z 9.3 at 1.59× the
+            unwatermarked oracle perplexity, where the paper's plain count sketch at δ = 0.5 gave
+            z 6.2 at 1.69× and the presence sketch at δ = 0.5 z 6.1 at 1.20× (README, "What a
+            p-value promises"; ``benchmarks/compare_schemes.py``).
         schedule: η_t schedule ``constant`` | ``late`` | ``ramp``.
         late_fraction: for ``late``: fraction of the last steps with η_t > 0.
         prior: token prior π_tok for sign balancing (eq. 4).
         direction_index: which member of the key family this key's direction is (0 by default).
-        p_value: p-value method of the score function (``exact`` is the key-randomised closed form).
+        null: the null hypothesis of the p-value. ``auto`` (default): ``background`` for the
+            ``presence`` sketch, ``key-randomised`` for ``count`` (the paper's). ``background``: the text is drawn
+            independently of the key from a background token model (each kept token present
+            independently with the probability the token prior gives for the text's length); the
+            p-value holds for the one key the user holds (see the module doc). Needs the
+            ``presence`` sketch. ``key-randomised``: the paper's null (Theorem 5.4), exact only on
+            average over random keys; the score is then S_k and ``p_value`` picks the method.
+        null_margin: β ≥ 0, the robustness margin of the background null in z units: the p-value is
+            1 − Φ(z − β), valid whenever the background model's mean for this key is off by at
+            most β standard deviations (domain shift; see the module doc for how β = 0.5 was set).
+        p_value: p-value method under ``null="key-randomised"`` (``exact``: characteristic function + FFT).
         min_tokens: shortest text the detector accepts.
     """
 
-    sketch: ComponentSpec = ComponentSpec(name="count-sketch", params={"d": 4, "w": 256})
+    sketch: ComponentSpec = ComponentSpec(
+        name="count-sketch", params={"d": 4, "w": 256, "counting": "presence", "exclude_top": 300})
     score: ComponentSpec = ComponentSpec(name="penalized", params={"gamma": 0.05})
-    delta: float = Field(0.5, ge=0)
+    delta: float = Field(0.75, ge=0)
     schedule: Literal["constant", "late", "ramp"] = "constant"
     late_fraction: float = Field(0.5, gt=0, le=1)
     prior: PriorSpec = PriorSpec()
     direction_index: int = Field(0, ge=0)
+    null: Literal["auto", "background", "key-randomised"] = "auto"
+    null_margin: float = Field(0.5, ge=0)
     p_value: Literal["exact", "bound", "uniform-bound", "normal", "monte-carlo"] = "exact"
     min_tokens: int = Field(16, ge=1)
 
@@ -196,6 +250,18 @@ class GlobalSketchScheme(WatermarkScheme):
         self.score_fn = reg.create("score", p.score.name, p.score.params, self.sketch.dim, self.sketch.width)
         self.u = self.directions(torch.tensor([p.direction_index]))[0]  # (D,)
         self._n_total: int | None = None
+        presence = getattr(self.sketch, "counting", "count") == "presence"
+        self.null = ("background" if presence else "key-randomised") if p.null == "auto" else p.null
+        if self.null == "background" and not presence:
+            raise ConfigError("null='background' needs the presence sketch (sketch params counting='presence'): "
+                              "token counts of real text are bursty and have no usable background null; use "
+                              "null='key-randomised' with counting='count'")
+        # background token model for the fixed-key null: log(1 − π_v), uniform π when no prior resolved
+        V = self.vocab_size
+        pi = torch.full((V,), 1.0 / V, dtype=torch.float64) if prior is None else prior.double() / prior.double().sum()
+        pi = pi.clamp(min=0.5 / float(prior.sum()) if prior is not None else 0.0, max=1 - 1e-9)  # unseen tokens: ½ count
+        self._log1m_pi = torch.log1p(-pi).to(self.device)  # (V,) float64
+        self._c_u: torch.Tensor | None = None  # (V,) float64 ⟨u, φ(v)⟩, built on first detection
 
     # ------------------------------------------------------------------ keys
     def directions(self, indices: torch.Tensor) -> torch.Tensor:
@@ -236,87 +302,125 @@ class GlobalSketchScheme(WatermarkScheme):
         except (RuntimeError, AttributeError):  # an exotic backend without the out= kernel
             return torch.softmax(logits, dim=-1)
 
-    def token_gradient(self, logits: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
-        """a_{k,t}(v) of eq. (6) for every token, from the state.
+    def marginal_gradient(
+        self, rows_logits: torch.Tensor, marg_logits: torch.Tensor, marg_valid: torch.Tensor,
+        tokens: torch.Tensor, masked: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """a_{k,t}(v) = ½ ∂S(ĥ)/∂p_i(v) at the rows to tilt (eq. 6, and its presence analogue).
 
         Args:
-            logits: (B, G, V) float32 marginals as logits.
-            tokens: (B, G) int64 current tokens.
-            masked: (B, G) bool, M_t.
+            rows_logits: (B, K, V) float32, the marginals (as logits) of the rows to tilt.
+            marg_logits: (B, M, V) float32, the marginals of the masked positions (packed, or the
+                full (B, G, V) state with ``marg_valid`` = M_t); not modified.
+            marg_valid: (B, M) bool, which rows of ``marg_logits`` are masked positions.
+            tokens: (B, G) int64 current tokens; masked: (B, G) bool, M_t.
 
         Returns:
-            (B, V) float32.
+            a: (B, 1, V) float32 for ``count`` (the same at every row: ⟨r, φ(v)⟩ / √N, eq. 6), or
+            (B, K, V) for ``presence`` (⟨r, ∂ĥ/∂p_i(v)⟩, zero on tokens already present); and n̂
+            (B,) float32, the normaliser (N, or the expected number of distinct kept tokens).
         """
-        B, N = tokens.shape
-        if float(masked.float().mean()) > 0.5:
-            probs = self._softmax_into_buffer(logits)  # (B, G, V)
-            mass = torch.bmm(masked.to(probs.dtype)[:, None, :], probs)[:, 0]  # (B, V) = Σ_{i∈M_t} p_i
-        else:  # few masked positions: softmax only those rows
-            b_idx, g_idx = masked.nonzero(as_tuple=True)
-            probs = torch.softmax(logits[b_idx, g_idx], dim=-1)  # (M, V)
-            mass = torch.zeros(B, logits.shape[-1], dtype=probs.dtype, device=logits.device).index_add_(0, b_idx, probs)
-        return self.gradient_from_mass(mass, tokens, masked)
+        N = tokens.shape[1]
+        frozen = self.sketch.counts(tokens.clamp(0, self.vocab_size - 1), ~masked)  # (B, V)
+        probs = self._softmax_into_buffer(marg_logits)  # (B, M, V), buffer
+        w_hat, n_hat, log_absent = self.sketch.expected_weights(frozen, probs, marg_valid, N)  # (B, V), (B,)
+        root = n_hat.sqrt()[:, None]  # (B, 1)
+        h_hat = self.sketch.project(w_hat) / root  # (B, D), eq. 5
+        r = self.score_fn.residual(self.u, h_hat)  # (B, D), ½∇_h S at ĥ
+        t = self.sketch.token_scores(r)  # (B, V) ⟨r, φ(v)⟩
+        if log_absent is None:  # count: ∂ĥ/∂p_i(v) = φ(v)/√N at every masked row
+            return (t / root)[:, None, :], n_hat
+        # presence: ĥ = Φᵀŵ/√n̂, ŵ_v = 1 − Π_j(1 − p_j(v)), n̂ = Σ_v keep_v ŵ_v:
+        # ∂ĥ/∂ŵ_v = (φ(v) − ½ keep_v ĥ/√n̂)/√n̂ and ∂ŵ_v/∂p_i(v) = Π_{j≠i}(1 − p_j(v)) (0 if v is frozen)
+        keep = self.sketch.keep.to(t) if self.sketch.keep is not None else torch.ones_like(t[0])
+        dS_dw = (t - 0.5 * (r * h_hat).sum(1, keepdim=True) / root * keep[None, :]) / root  # (B, V)
+        row_log1m = torch.log1p(-torch.softmax(rows_logits, dim=-1).clamp_(max=1 - 1e-6))  # (B, K, V)
+        others = torch.exp(log_absent[:, None, :] - row_log1m)  # (B, K, V) Π_{j≠i}(1 − p_j(v))
+        others = others.masked_fill_((frozen > 0)[:, None, :], 0.0)
+        return others.mul_(dS_dw[:, None, :]), n_hat
+
+    def token_gradient(self, logits: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
+        """a_{k,t}(v) of eq. (6) at every row of the full state: logits (B, G, V) → (B, 1, V)
+        (``count``) or (B, G, V) (``presence``) float32; see :meth:`marginal_gradient`."""
+        return self.marginal_gradient(logits, logits, masked, tokens, masked)[0]
 
     def packed_token_gradient(self, masked_logits: torch.Tensor, masked_valid: torch.Tensor, tokens: torch.Tensor,
-                              masked: torch.Tensor) -> torch.Tensor:
-        """a_{k,t}(v) of eq. (6) from packed masked marginals (see ``DenoiseStep.masked_logits``).
-
-        Args:
-            masked_logits: (B, M, V) float32, the marginals of the masked positions as logits.
-            masked_valid: (B, M) bool, False on padding rows.
-            tokens: (B, G) int64 current tokens; masked: (B, G) bool, M_t.
-
-        Returns:
-            (B, V) float32, equal to :meth:`token_gradient` on the unpacked state.
-        """
-        probs = self._softmax_into_buffer(masked_logits)  # (B, M, V)
-        mass = torch.bmm(masked_valid.to(probs.dtype)[:, None, :], probs)[:, 0]  # (B, V) = Σ_{i∈M_t} p_i
-        return self.gradient_from_mass(mass, tokens, masked)
-
-    def gradient_from_mass(self, mass: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
-        """a_{k,t}(v) of eq. (6) from the masked marginal mass.
-
-        Args:
-            mass: (B, V) float32, Σ_{i∈M_t} p_i(v).
-            tokens: (B, G) int64 current tokens; masked: (B, G) bool, M_t.
-
-        Returns:
-            (B, V) float32: the expected sketch ĥ (eq. 5) from the frozen counts plus ``mass``, the
-            residual r = ∂S/∂h at ĥ (u_k − λĥ for the penalised score), mapped to tokens, / √N.
-        """
-        B, N = tokens.shape
-        frozen = self.sketch.counts(tokens.clamp(0, self.vocab_size - 1), ~masked)  # (B, V)
-        h_hat = self.sketch.expected_sketch(frozen, mass, N)  # (B, D), eq. 5
-        r = self.score_fn.residual(self.u, h_hat)  # (B, D)
-        return self.sketch.token_scores(r) / math.sqrt(N)  # (B, V), eq. 6
+                              masked: torch.Tensor, rows_logits: torch.Tensor | None = None) -> torch.Tensor:
+        """a_{k,t}(v) of eq. (6) from packed masked marginals (``DenoiseStep.masked_logits`` (B, M, V),
+        ``masked_valid`` (B, M)); the rows tilted are ``rows_logits`` (default: the packed rows)."""
+        rows = masked_logits if rows_logits is None else rows_logits
+        return self.marginal_gradient(rows, masked_logits, masked_valid, tokens, masked)[0]
 
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
         """Exponential tilt of eq. (7) in logit space: logits + η_t a_{k,t}, (B, G, V) (or (B, K, V)
         on the sampled rows when the engine packs the masked marginals into ``step.masked_logits``).
 
-        Modifies ``step.logits`` in place (one pass, no new (B, G, V) tensor) and returns it.
+        η_t = δ·√n̂·s(t): n̂ = N for ``count`` (so the shift is δ·s(t)·⟨r, φ(v)⟩, as before), the
+        expected number of distinct kept tokens for ``presence``. Modifies ``step.logits`` in place.
         """
-        N = step.tokens.shape[1]
-        eta = self.eta(step.step, step.total_steps, N)
-        if eta == 0.0:
+        s = self.eta(step.step, step.total_steps, 1)  # δ·s(t)
+        if s == 0.0:
             return step.logits
         if step.masked_logits is not None:  # packed masked rows; step.logits holds the sampled rows
-            a = self.packed_token_gradient(step.masked_logits, step.masked_valid, step.tokens, step.masked)
+            a, n_hat = self.marginal_gradient(step.logits, step.masked_logits, step.masked_valid, step.tokens, step.masked)
         else:
-            a = self.token_gradient(step.logits, step.tokens, step.masked)  # (B, V)
-        return step.logits.add_((eta * a)[:, None, :])  # (B, G, V), or (B, K, V) on the sampled rows
+            a, n_hat = self.marginal_gradient(step.logits, step.logits, step.masked, step.tokens, step.masked)
+        return step.logits.add_(a.mul_(s * n_hat.sqrt()[:, None, None]))  # (B, G|K, V)
 
     # ------------------------------------------------------------------ detection
+    def token_weights(self) -> torch.Tensor:
+        """c_k(v) = ⟨u_k, φ_k(v)⟩ for every token: (V,) float64 (0 on excluded tokens)."""
+        if self._c_u is None:
+            self._c_u = self.sketch.token_scores(self.u[None].float())[0].double()  # (V,)
+        return self._c_u
+
+    def background_z(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Fixed-key z of the presence statistic under the background null: (B, N) → (B,) float64.
+
+        T = ⟨u_k, Φᵀx(y)⟩ = Σ_v c_k(v) x_v with x the kept-token presence; under the null each kept
+        token is present independently with q_v(n) = 1 − (1 − π_v)^n for a text of n tokens, so
+        z = (T − Σ_v c_k(v) q_v) / (Σ_v c_k(v)² q_v (1 − q_v))^{1/2}.
+        """
+        c = self.token_weights()  # (V,)
+        x, _ = self.sketch.weights(self.sketch.counts(ids, valid))  # (B, V)
+        T = x.double() @ c  # (B,)
+        n = valid.sum(1).double()  # (B,) all tokens, the length the background model sees
+        mu = torch.empty_like(T)
+        var = torch.empty_like(T)
+        for i in range(0, ids.shape[0], 256):  # chunks of texts: (chunk, V) float64 at a time
+            q = -torch.expm1(n[i:i + 256, None] * self._log1m_pi[None, :])  # (b, V)
+            mu[i:i + 256] = q @ c
+            var[i:i + 256] = (q * (1 - q)) @ (c * c)
+        return (T - mu) / var.clamp_min(1e-12).sqrt()
+
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
-        """h_k(y), score, z and key-randomised p-value for ids (B, N) with valid (B, N)."""
+        """Detection statistics for ids (B, N) with valid (B, N).
+
+        ``null="background"``: score = z = the fixed-key background z (:meth:`background_z`),
+        p-value 1 − Φ(z − β). ``null="key-randomised"``: score = S_k (eq. 2), z = ⟨u, h⟩/‖h‖ and the
+        key-randomised p-value of ``params.p_value``.
+        """
         ids, valid = ids.to(self.device), valid.to(self.device)
+        if self.null == "background":
+            from scipy.stats import norm
+
+            z = self.background_z(ids, valid)
+            n = self.sketch.weights(self.sketch.counts(ids, valid))[1].long()
+            p = torch.from_numpy(norm.sf((z - self.params.null_margin).cpu().numpy())).to(z)
+            return SchemeScores(z, z, p, n, f"fixed-key background null, 1-Phi(z - {self.params.null_margin:g}) "
+                                           f"(token prior: {self.prior_desc.get('source')})")
         h = self.sketch.sketch(ids, valid)  # (B, D)
-        n = valid.sum(1)
+        n = self.sketch.weights(self.sketch.counts(ids, valid))[1]
         out = self.score_fn.p_values(self.u, h, method=self.params.p_value, n_tokens=n)
-        return SchemeScores(out.score.double(), out.z.double(), out.p_value.double(), n.long(), out.p_value_method)
+        return SchemeScores(out.score.double(), out.z.double(), out.p_value.double(), n.long(),
+                            "key-randomised (valid on average over keys, not for one fixed key): " + out.p_value_method)
 
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
-        """τ_α of the score function (eq. 19 for the penalised score)."""
+        """Background null: β + Φ⁻¹(1 − α) on z (⇔ p ≤ α); key-randomised: τ_α of the score (eq. 19)."""
+        if self.null == "background":
+            from scipy.stats import norm
+
+            return self.params.null_margin + float(norm.isf(alpha))
         return self.score_fn.analytic_threshold(alpha, n_tokens)
 
     def attribute(self, ids: torch.Tensor, valid: torch.Tensor, n_keys: int, top: int = 5, chunk: int = 8192) -> Attribution:
@@ -340,7 +444,7 @@ class GlobalSketchScheme(WatermarkScheme):
             raise InputError("n_keys must be >= 1")
         ids, valid = ids.to(self.device), valid.to(self.device)
         h = self.sketch.sketch(ids, valid).double()  # (B, D)
-        n = valid.sum(1)
+        n = self.sketch.weights(self.sketch.counts(ids, valid))[1]  # (B,) the sketch's normaliser
         B = h.shape[0]
         top = min(top, n_keys)
         best_s = torch.full((B, 0), float("-inf"), dtype=torch.float64, device=self.device)
