@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["TINY_WORDS", "tiny_tokenizer", "tiny_masked_lm", "tiny_backend"]
+__all__ = ["TINY_WORDS", "tiny_tokenizer", "tiny_masked_lm", "tiny_backend", "tiny_texts"]
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 TINY_WORDS = (
@@ -59,3 +59,18 @@ def tiny_backend(seed: int = 0, device: str = "cpu") -> Any:
     be = HFMaskedLMBackend({"device": device, "path": "tiny"}, model=model, tokenizer=tok)
     be.model_id = f"tiny-bert-seed{seed}"
     return be
+
+
+def tiny_texts(n: int, words: int, seed: int, punct: bool = True) -> list[str]:
+    """``n`` texts of ``words`` words drawn from :data:`TINY_WORDS` (seeded ``random.Random``), with a
+    sentence end ('.') on every 8th word when ``punct``."""
+    import random
+
+    rnd = random.Random(seed)
+    out = []
+    for _ in range(n):
+        ws = [rnd.choice(TINY_WORDS) for _ in range(words)]
+        if punct:
+            ws = [w + "." if (i % 8 == 7) else w for i, w in enumerate(ws)]
+        out.append(" ".join(ws))
+    return out

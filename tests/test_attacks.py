@@ -23,7 +23,7 @@ import torch
 from sketchwm.components import Attack, AttackOutput
 from sketchwm.errors import ConfigError, InputError, ModelFileError, SketchwmError
 from sketchwm.registry import Registry, get_plugin_manager, get_registry
-from sketchwm.testing import TINY_WORDS, tiny_backend
+from sketchwm.testing import TINY_WORDS, tiny_backend, tiny_texts
 
 import sketchwm_attacks
 from sketchwm_attacks import metrics
@@ -57,16 +57,7 @@ def _have_wordnet() -> bool:
     return True
 
 
-def _tiny_texts(n: int, words: int, seed: int, punct: bool = True) -> list[str]:
-    """Texts over the tiny backend's vocabulary, with a sentence end every ~8 words."""
-    rnd = random.Random(seed)
-    out = []
-    for _ in range(n):
-        ws = [rnd.choice(TINY_WORDS) for _ in range(words)]
-        if punct:
-            ws = [w + "." if (i % 8 == 7) else w for i, w in enumerate(ws)]
-        out.append(" ".join(ws))
-    return out
+_tiny_texts = tiny_texts  # shared helper (sketchwm.testing)
 
 
 HUMAN = [

@@ -16,7 +16,7 @@ import torch
 
 from sketchwm.errors import ConfigError
 from sketchwm.registry import get_registry
-from sketchwm.testing import TINY_WORDS
+from sketchwm.testing import TINY_WORDS, tiny_texts
 
 import sketchwm_attacks
 from sketchwm_attacks import metrics
@@ -26,16 +26,7 @@ from sketchwm_attacks.flooding import FREQUENT_WORDS, FloodToken, RepeatSpan, ev
 NAMES = ("flood-token", "repeat-span")
 
 
-def _texts(n: int, words: int, seed: int, punct: bool = True) -> list[str]:
-    """Texts over the tiny vocabulary with a sentence end every 8 words (as in test_attacks)."""
-    rnd = random.Random(seed)
-    out = []
-    for _ in range(n):
-        ws = [rnd.choice(TINY_WORDS) for _ in range(words)]
-        if punct:
-            ws = [w + "." if (i % 8 == 7) else w for i, w in enumerate(ws)]
-        out.append(" ".join(ws))
-    return out
+_texts = tiny_texts  # shared helper (sketchwm.testing)
 
 
 def _make(name: str, **params):
