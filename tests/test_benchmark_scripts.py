@@ -67,3 +67,15 @@ def test_attack_matrix_tagged_scheme_names(tmp_path):
     assert set(tpr) == {"unigram", "unigram#weak"}
     assert tpr["unigram"] >= 0.75 and tpr["unigram#weak"] <= 0.25  # δ = 0: no watermark in the tagged run
     assert "unigram#weak" in am.format_table(am.read_csv([str(out)]))
+
+
+def test_tokens_to_detect_first_detected_prefix(monkeypatch):
+    """tokens_to_detect returns the first prefix length with a detection per text, +inf where none."""
+    import math
+
+    import torch
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    ttd = _load("tokens_to_detect")
+    hits = torch.tensor([[False, True, False], [True, True, False], [False, True, False]])  # (L=3, B=3)
+    assert ttd.tokens_to_detect(hits, [16, 24, 32]) == [24.0, 16.0, math.inf]
