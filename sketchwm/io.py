@@ -126,7 +126,7 @@ def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
 
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "w", *, perms: int | None = None, overwrite: bool = True,
-                 append: bool = False, encoding: str | None = "utf-8") -> Iterator[IO[Any]]:
+                 append: bool = False, encoding: str | None = "utf-8", newline: str | None = None) -> Iterator[IO[Any]]:
     """Open a temporary file next to ``path``; on success rename it over ``path`` (atomic), else delete it.
 
     Args:
@@ -138,7 +138,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", *, perms: int | None 
             hard link, so two writers cannot both win).
         append: start from a copy of the existing file's content (explicit append mode; the
             destination still changes in one step).
-        encoding: text encoding (ignored for ``"wb"``).
+        encoding, newline: as for :func:`open` in text mode (ignored for ``"wb"``; ``newline=""`` for csv).
 
     Raises:
         InputError: the directory does not exist or is not writable; ``path`` is a directory; or
@@ -158,7 +158,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", *, perms: int | None 
                 os.umask(umask)
                 perms = 0o666 & ~umask
         os.chmod(tmp, perms)
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": encoding})) as fh:
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": encoding, "newline": newline})) as fh:
             if append and p.exists():
                 fh.write(p.read_bytes() if binary else p.read_text(encoding=encoding))
             yield fh
