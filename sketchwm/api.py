@@ -241,7 +241,11 @@ def estimate_token_prior(
     counts = torch.ones(watermarker.backend.vocab_size, dtype=torch.float64)
     for ids in out.token_lists():  # per sample; the count itself is one vectorised bincount
         counts += torch.bincount(torch.as_tensor(ids, dtype=torch.long), minlength=counts.numel()).double()
-    np.save(path, counts.numpy())
+    from .io import atomic_write
+
+    path = str(path) if str(path).endswith(".npy") else str(path) + ".npy"  # np.save's naming, kept
+    with atomic_write(path, "wb") as fh:
+        np.save(fh, counts.numpy())
     digest = hashlib.sha256(counts.numpy().tobytes()).hexdigest()
     return {"source": "file", "path": str(path), "sha256": digest}
 

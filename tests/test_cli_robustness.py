@@ -330,3 +330,20 @@ def test_plugins_listing_is_cached_and_matches_the_registry(tmp_path, monkeypatc
     assert fresh == get_registry().describe() and len(list(tmp_path.glob("plugins-*.json"))) == 1
     code, out, _ = run(capsys, "plugins", "--json")
     assert code == 0 and json.loads(out) == fresh
+
+
+def test_help_and_cached_plugins_do_not_import_torch(tmp_path):
+    """Start-up: `sketchwm --help` and a cached `sketchwm plugins` import neither torch nor any plugin."""
+    import subprocess
+
+    from cli_tiny import subprocess_env
+
+    env = {**subprocess_env(), "SKETCHWM_CACHE_DIR": str(tmp_path)}
+    probe = ("import sys, contextlib, io\nfrom sketchwm.cli import main\n"
+             "with contextlib.redirect_stdout(io.StringIO()):\n    main(sys.argv[1:])\n"
+             "print(sorted(m for m in ('torch', 'transformers', 'pydantic', 'sketchwm_builtin') if m in sys.modules))")
+    for args, heavy in ((["--help"], "[]"), (["plugins"], None), (["plugins"], "[]")):  # 2nd run: cache filled
+        r = subprocess.run([sys.executable, "-c", probe, *args], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        if heavy is not None:
+            assert r.stdout.strip().splitlines()[-1] == heavy, r.stdout
