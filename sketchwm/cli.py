@@ -19,7 +19,7 @@ import math
 import os
 import sys
 import time
-from typing import Any, Sequence
+from typing import Any, NoReturn, Sequence
 
 from .errors import InputError, SketchwmError
 
@@ -80,7 +80,7 @@ def probability(text: str) -> float:
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: ``sketchwm <cmd>: error: <problem> (see sketchwm <cmd> --help)``."""
 
-    def error(self, message: str) -> "NoReturn":  # type: ignore[name-defined]  # noqa: F821
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 

@@ -31,7 +31,7 @@ from cli_tiny import GEN_SMALL, save_tiny_model, tiny_args
 from sketchwm.cli import main
 from sketchwm.errors import SketchwmError
 
-N_INPUTS, N_OPTIONS, N_CONFIG, N_KEYS, N_API = 60, 60, 50, 25, 40
+N_INPUTS, N_OPTIONS, N_CONFIG, N_KEYS, N_API = 40, 40, 30, 25, 40
 FUZZ = settings(deadline=None, database=None, derandomize=True,
                 suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 

@@ -347,3 +347,14 @@ def test_help_and_cached_plugins_do_not_import_torch(tmp_path):
         assert r.returncode == 0, r.stderr
         if heavy is not None:
             assert r.stdout.strip().splitlines()[-1] == heavy, r.stdout
+
+
+def test_demo_figures_say_how_they_were_made(tiny, key):
+    from sketchwm.api import Watermarker
+    from sketchwm.demo import run_demo
+
+    wm = Watermarker(key, {"scheme": {"name": "global-sketch", "params": {"prior": {"source": "uniform"}}}}, backend=tiny)
+    res = run_demo(key=key, n_prompts=2, n_null=5, gen_length=32, alpha=0.3, seed=3, progress=False, watermarker=wm)
+    prov = json.loads(json.dumps(res))["provenance"]
+    assert prov["seeds"] == {"generate": 3, "calibrate": 4} and prov["config"]["sampler"]["gen_length"] == 32
+    assert prov["key_fingerprint"] == key.fingerprint and prov["sketchwm_version"]
