@@ -103,7 +103,7 @@ def input_bytes(draw):
 
 
 @settings(FUZZ, max_examples=N_INPUTS)
-@given(data=input_bytes(), how=st.sampled_from(["file", "stdin", "dir", "missing", "unreadable"]),
+@given(data=input_bytes(), how=st.sampled_from(["file", "stdin", "dir", "missing", "unreadable", "under-a-file"]),
        cmd=st.sampled_from(["detect", "calibrate", "attack", "generate"]))
 def test_fuzz_inputs(env, capsys, monkeypatch, data, how, cmd):
     root = env["root"]
@@ -116,6 +116,8 @@ def test_fuzz_inputs(env, capsys, monkeypatch, data, how, cmd):
             (d / "input.txt").write_bytes(data)
             if how == "unreadable":
                 (d / "input.txt").chmod(0)
+        if how == "under-a-file":  # unreadable even for root: a path through a regular file
+            path = d / "input.txt" / "x"
         if how == "stdin":
             path = "-"
             monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
@@ -129,9 +131,7 @@ def test_fuzz_inputs(env, capsys, monkeypatch, data, how, cmd):
                        "--quiet"],
             "generate": ["generate", *k, "--prompts", path, "--out", out, *GEN_SMALL, *tiny_args(env["model"])],
         }[cmd]
-        if how == "unreadable" and os.geteuid() == 0:
-            # root reads anything: the file is readable after all, so the command may succeed
-            pass
+        # (as root, "unreadable" files are readable after all, hence "under-a-file" too)
         check_run(args, capsys, root, may_write=(out,))
         if how == "unreadable":
             (d / "input.txt").chmod(0o600)
