@@ -113,7 +113,9 @@ class Generations:
         t0 = time.time()
         wm = self.watermarker(scheme or "global-sketch")
         out = wm.generate(list(prompts), seed=seed, watermark=scheme is not None, batch_size=self.batch_size)
-        path.write_text("".join(json.dumps({"prompt": p, "text": t}) + "\n" for p, t in zip(prompts, out.texts)), encoding="utf-8")
+        from sketchwm.io import write_jsonl_atomic
+
+        write_jsonl_atomic(str(path), ({"prompt": p, "text": t} for p, t in zip(prompts, out.texts)))
         _log(f"generated {len(prompts)} {label} texts ({scheme or 'unwatermarked'}) in {time.time() - t0:.0f}s")
         return list(out.texts)
 
@@ -298,8 +300,10 @@ FIELDS = ["scheme", "backend", "attack", "strength", "metric", "value", "n", "tr
 
 def write_csv(rows: list[dict], path: Path) -> None:
     """Write the long-format rows."""
+    from sketchwm.io import atomic_write
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="", encoding="utf-8") as fh:
+    with atomic_write(path, newline="") as fh:  # an interrupted run keeps the previous partial results
         w = csv.DictWriter(fh, fieldnames=FIELDS)
         w.writeheader()
         w.writerows(rows)
@@ -416,6 +420,10 @@ def main(argv: list[str] | None = None) -> int:
     write_csv(rows, Path(args.out))
     print(format_table(rows))
     print(f"\nwrote {len(rows)} rows to {args.out}")
+    summary: dict[str, dict[str, float]] = {}
+    for r in rows:
+        summary.setdefault(f"{r['scheme']}|{r['attack']}|{r['strength']}", {})[r["metric"]] = r["value"]
+    print(json.dumps(summary))
     return 0
 
 

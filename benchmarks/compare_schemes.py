@@ -101,8 +101,10 @@ def score(scheme, ids: torch.Tensor, valid: torch.Tensor, batch_size: int):
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     """Write the long table (one row per scheme × metric)."""
+    from sketchwm.io import atomic_write
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as fh:
+    with atomic_write(path, newline="") as fh:  # a failed run never truncates earlier results
         w = csv.DictWriter(fh, fieldnames=["scheme", "backend", "metric", "value", "n", "seed", "config_hash", "version"])
         w.writeheader()
         w.writerows(rows)
@@ -225,6 +227,10 @@ def main(argv: list[str] | None = None) -> int:
     if oracle_note:
         print(oracle_note)
     print(f"wrote {len(rows)} rows to {out}")
+    summary: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        summary.setdefault(r["scheme"], {})[r["metric"]] = r["value"]
+    print(json.dumps(summary))
     return 0
 
 

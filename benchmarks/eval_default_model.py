@@ -234,9 +234,11 @@ def main(argv: list[str] | None = None) -> dict:
     for i in range(3):
         print(f"[eval] sample {i}: {texts[i][:300]}")
     if args.samples_out:
-        Path(args.samples_out).write_text(json.dumps(
-            {"settings": cfg, "sampler": desc, "unconditional": texts[:20],
-             "prompted": [{"prompt": p, "continuation": c} for p, c in zip(prompts, ptexts)]}, indent=1))
+        from sketchwm.io import write_json_atomic
+
+        write_json_atomic(args.samples_out, {"settings": cfg, "sampler": desc, "unconditional": texts[:20],
+                                             "prompted": [{"prompt": p, "continuation": c} for p, c in zip(prompts, ptexts)]},
+                          indent=1)
     if not args.skip_oracle:
         from sketchwm.oracle import OracleLM
 

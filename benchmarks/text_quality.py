@@ -90,8 +90,12 @@ def main(argv: list[str] | None = None) -> int:
         table["ppl_ratio"] = table["ppl_median"] / table.loc[ref, "ppl_median"]
     print(table.to_string(float_format=lambda v: f"{v:.3f}"))
     if args.csv:
-        table.to_csv(args.csv)
+        from sketchwm.io import atomic_write
+
+        with atomic_write(args.csv, newline="") as fh:
+            table.to_csv(fh)
         print(f"wrote {args.csv}")
+    print(table.reset_index().to_json(orient="records"))
     return 0
 
 

@@ -123,17 +123,53 @@ class Watermarker:
         """
         if len(prompts) == 0:
             raise InputError("no prompts given")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
         sampler = self.sampler(watermark, **sampler_overrides)
         gen = torch.Generator(device=self.backend.device).manual_seed(int(seed))
         outs = []
-        batches = range(0, len(prompts), batch_size)
+        bar = None
         if progress:
             from tqdm.auto import tqdm
 
-            batches = tqdm(batches, desc="generating" + (" (watermarked)" if watermark else ""), unit="batch")
-        for i in batches:
-            outs.append(sampler.generate(list(prompts[i : i + batch_size]), gen))
+            bar = tqdm(total=len(prompts), desc="generating" + (" (watermarked)" if watermark else ""), unit="text")
+        try:
+            for i in range(0, len(prompts), batch_size):
+                outs.append(sampler.generate(list(prompts[i : i + batch_size]), gen))
+                if bar is not None:
+                    bar.update(len(outs[-1].texts))
+        finally:
+            if bar is not None:
+                bar.close()
         return concat_outputs(outs)
+
+    def provenance(self, *, watermark: bool = True, seeds: dict[str, Any] | None = None, **sampler_overrides: Any) -> dict[str, Any]:
+        """How outputs of this watermarker are made: everything needed to reproduce or detect them.
+
+        Returns:
+            ``{"config": {"scheme": {name, params}, "backend": {name, params}, "sampler": {...}},
+            "model_id", "tokenizer", "key_fingerprint" (HMAC-derived, never the key), "watermarked",
+            "sketchwm_version", "seeds": {stage: seed}}``. Scheme params are the full validated
+            params (defaults filled in), the sampler the effective settings.
+        """
+        from . import __version__
+
+        scheme_params = self.scheme.params.model_dump(mode="json") if hasattr(self.scheme.params, "model_dump") \
+            else dict(self.config.scheme.params)
+        sampler_cfg = self.sampler(watermark, **sampler_overrides).config.model_dump(mode="json")
+        return {
+            "config": {
+                "scheme": {"name": self.config.scheme.name, "params": scheme_params},
+                "backend": {"name": self.config.backend.name, "params": dict(self.config.backend.params)},
+                "sampler": sampler_cfg,
+            },
+            "model_id": getattr(self.backend, "model_id", None),
+            "tokenizer": self.backend.tokenizer_fingerprint,
+            "key_fingerprint": self.key.fingerprint,
+            "watermarked": watermark,
+            "sketchwm_version": __version__,
+            "seeds": dict(seeds or {}),
+        }
 
     def detector(self, calibration: "Calibration | str | os.PathLike | None" = None, alpha: float = 0.01) -> Detector:
         """A :class:`Detector` for this key and scheme (calibration: object or JSON path)."""
@@ -142,9 +178,21 @@ class Watermarker:
         return Detector(self.scheme, self.backend.tokenizer, self.key.fingerprint, alpha=alpha, calibration=calibration,
                         expected_tokenizer=self.config.tokenizer)
 
-    def detect(self, texts: Sequence[str], calibration: Any = None, alpha: float = 0.01) -> DetectionResult:
-        """Detect the watermark in texts (see :class:`Detector`)."""
-        return self.detector(calibration, alpha).detect(texts)
+    def detect(self, texts: Sequence[str], calibration: Any = None, alpha: float = 0.01, *, per_item: bool = False,
+               progress: bool = False) -> DetectionResult:
+        """Detect the watermark in texts (see :class:`Detector`; ``per_item`` and ``progress`` as in
+        :meth:`Detector.detect`). The result's ``provenance`` names the scheme and its params, the
+        backend and model, the key fingerprint and the package version."""
+        from . import __version__
+
+        res = self.detector(calibration, alpha).detect(texts, per_item=per_item, progress=progress)
+        params = self.scheme.params.model_dump(mode="json") if hasattr(self.scheme.params, "model_dump") else {}
+        res.provenance = {
+            "scheme": {"name": self.config.scheme.name, "params": params},
+            "backend": {"name": self.config.backend.name, "model_id": getattr(self.backend, "model_id", None)},
+            "tokenizer": self.backend.tokenizer_fingerprint, "sketchwm_version": __version__,
+        }
+        return res
 
     def detect_ids(self, id_lists: Sequence[Sequence[int]], calibration: Any = None, alpha: float = 0.01) -> DetectionResult:
         """Detect the watermark in token-id lists."""
@@ -165,7 +213,10 @@ class Watermarker:
         if id_lists is None:
             if texts is None:
                 raise InputError("calibrate needs unwatermarked texts or id lists")
-            id_lists = det.tokenize(texts)
+            if kwargs.get("skip_invalid"):  # empty texts become empty id lists, skipped by calibrate
+                id_lists = [det.tokenize([t])[0] if isinstance(t, str) and t.strip() else [] for t in texts]
+            else:
+                id_lists = det.tokenize(texts)
         return _calibrate(det, id_lists, model_id or self.backend.model_id, alpha=alpha, source=source, **kwargs)
 
 
@@ -190,7 +241,11 @@ def estimate_token_prior(
     counts = torch.ones(watermarker.backend.vocab_size, dtype=torch.float64)
     for ids in out.token_lists():  # per sample; the count itself is one vectorised bincount
         counts += torch.bincount(torch.as_tensor(ids, dtype=torch.long), minlength=counts.numel()).double()
-    np.save(path, counts.numpy())
+    from .io import atomic_write
+
+    path = str(path) if str(path).endswith(".npy") else str(path) + ".npy"  # np.save's naming, kept
+    with atomic_write(path, "wb") as fh:
+        np.save(fh, counts.numpy())
     digest = hashlib.sha256(counts.numpy().tobytes()).hexdigest()
     return {"source": "file", "path": str(path), "sha256": digest}
 

@@ -1,29 +1,118 @@
 """Command-line interface: ``sketchwm keygen | generate | detect | calibrate | plugins | demo | attack``.
 
-Errors from bad input print one line on stderr (``sketchwm: error: ...``) and exit with status 2,
-without a traceback. Outputs are written atomically: a failure never truncates an existing file.
+One error path (:func:`main`): a failure caused by the user's input, files or environment prints
+one line on stderr (``sketchwm: error: <problem>: <fix>``) and exits with status 2, without a
+traceback; a bug prints its traceback and exits with status 1; ``--debug`` shows the traceback of
+every error. Outputs are written atomically (:func:`sketchwm.io.atomic_write`): a failure or an
+interrupt never truncates an existing file. Keys are read from a file (``--key``) or the
+environment (``$SKETCHWM_KEY_FILE``, ``$SKETCHWM_KEY``), never from a secret on the command line.
+
+Adding a sub-command: write ``cmd_x(args) -> int`` and add a parser for it in :func:`build_parser`
+(``sub.add_parser(...)``, ``set_defaults(func=cmd_x)``); the error path comes for free.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
-from typing import Any, Sequence
+import time
+from typing import Any, NoReturn, Sequence
 
 from .errors import InputError, SketchwmError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "positive_int", "nonneg_int", "finite_float", "nonneg_float", "probability"]
+
+
+# ---------------------------------------------------------------- argument types (argparse: bad value → exit 2)
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (batch sizes, lengths, counts)."""
+    v = _int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
+    return v
+
+
+def nonneg_int(text: str) -> int:
+    """An integer in [0, 2**63) (seeds, offsets)."""
+    v = _int(text)
+    if not 0 <= v < 2**63:
+        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2^63), got {v}")
+    return v
+
+
+def finite_float(text: str) -> float:
+    """A finite float (NaN and ±inf refused)."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+    return v
+
+
+def nonneg_float(text: str) -> float:
+    """A finite float >= 0 (temperatures)."""
+    v = finite_float(text)
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
+    return v
+
+
+def probability(text: str) -> float:
+    """A float strictly between 0 and 1 (false-positive rates α)."""
+    v = finite_float(text)
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {v}")
+    return v
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``sketchwm <cmd>: error: <problem> (see sketchwm <cmd> --help)``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+# ---------------------------------------------------------------- shared options
+def _add_key_args(p: argparse.ArgumentParser, required_help: str = "") -> None:
+    p.add_argument("--key", metavar="KEYFILE",
+                   help="key file from `sketchwm keygen` (mode 0600); default: $SKETCHWM_KEY_FILE, or a hex secret "
+                        "in $SKETCHWM_KEY. A secret on the command line is refused" + required_help)
+    p.add_argument("--insecure-key-permissions", action="store_true",
+                   help="accept a key file that the group or others can read (refused by default, as ssh does)")
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", help="JSON file with {scheme, backend, sampler} (see WatermarkConfig)")
+    p.add_argument("--config", help="JSON file with {scheme, backend, sampler} (see WatermarkConfig); for detect it "
+                                    "overrides, on purpose, the configuration recorded in the input")
     p.add_argument("--scheme", help="registered scheme name (default: global-sketch)")
     p.add_argument("--scheme-params", help="scheme params as JSON (or @file.json)")
     p.add_argument("--backend", help="registered backend name (default: default)")
     p.add_argument("--backend-params", help="backend params as JSON (or @file.json)")
     p.add_argument("--device", help="device for the backend: auto, cpu, cuda")
+
+
+def _progress(args: argparse.Namespace) -> bool:
+    """Progress bars on stderr: not under --quiet or --json, and only when stderr is a terminal."""
+    return not getattr(args, "quiet", False) and not getattr(args, "json", False) and sys.stderr.isatty()
+
+
+def _key(args: argparse.Namespace):
+    from .keys import WatermarkKey
+
+    return WatermarkKey.load(getattr(args, "key", None), allow_hex=False,
+                             allow_insecure=getattr(args, "insecure_key_permissions", False) or None)
 
 
 def _config(args: argparse.Namespace) -> dict[str, Any]:
@@ -43,13 +132,17 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
     return cfg
 
 
-def _watermarker(args: argparse.Namespace):
+def _watermarker(args: argparse.Namespace, config: dict[str, Any] | None = None):
     from .api import Watermarker
-    from .keys import WatermarkKey
 
-    return Watermarker(WatermarkKey.load(args.key), _config(args))
+    return Watermarker(_key(args), _config(args) if config is None else config)
 
 
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# ---------------------------------------------------------------- commands
 def cmd_keygen(args: argparse.Namespace) -> int:
     from .api import keygen
 
@@ -59,8 +152,10 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .io import read_lines, write_jsonl_atomic
+    from .io import check_output_path, read_lines, write_jsonl_atomic
 
+    if args.out != "-":
+        check_output_path(args.out)  # before loading a model
     prompts = list(args.prompt or [])
     if args.prompts:
         prompts += read_lines(args.prompts)
@@ -69,23 +164,108 @@ def cmd_generate(args: argparse.Namespace) -> int:
     wm = _watermarker(args)
     over = {k: v for k, v in {"gen_length": args.gen_length, "steps": args.steps, "block_length": args.block_length,
                                 "temperature": args.temperature, "remasking": args.remasking}.items() if v is not None}
+    prov = wm.provenance(watermark=not args.no_watermark, seeds={"generate": args.seed}, **over)
     out = wm.generate(prompts, seed=args.seed, watermark=not args.no_watermark, batch_size=args.batch_size,
-                      progress=not args.quiet, **over)
-    tok_fp = wm.backend.tokenizer_fingerprint
+                      progress=_progress(args), **over)
+    prov["created"] = _now()
     records = [
         {"prompt": p, "text": t, "n_tokens": int(n), "watermarked": not args.no_watermark,
-         "scheme": wm.config.scheme.name, "key_fingerprint": wm.key.fingerprint, "tokenizer": tok_fp, "seed": args.seed}
+         "scheme": wm.config.scheme.name, "key_fingerprint": wm.key.fingerprint, "tokenizer": prov["tokenizer"],
+         "seed": args.seed, "provenance": prov}
         for p, t, n in zip(out.prompts, out.texts, out.lengths.tolist())
     ]
-    write_jsonl_atomic(args.out, records)
+    write_jsonl_atomic(args.out, records, append=args.append)
     return 0
+
+
+def _recorded_config(recs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The one configuration the input records were generated with (None when they carry none).
+
+    Raises:
+        InputError: the records carry different configurations (names the first differing field).
+    """
+    found: dict[str, tuple[int, dict[str, Any]]] = {}
+    for i, r in enumerate(recs):
+        prov = r.get("provenance") if isinstance(r.get("provenance"), dict) else {}
+        cfg = prov.get("config", r.get("config"))
+        if not isinstance(cfg, dict):
+            continue
+        cfg = {k: cfg[k] for k in ("scheme", "backend", "sampler") if k in cfg}
+        found.setdefault(json.dumps(cfg, sort_keys=True), (i, cfg))
+    if not found:
+        return None
+    if len(found) > 1:
+        (i, a), (j, b) = list(found.values())[:2]
+        field = _first_difference(a, b)
+        raise InputError(f"the input mixes configurations (record {i + 1} and record {j + 1} differ in {field}): "
+                         "detect each group separately, or pass --config FILE to use one configuration for all")
+    return next(iter(found.values()))[1]
+
+
+def _first_difference(a: Any, b: Any, path: str = "") -> str:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            if a.get(k) != b.get(k):
+                return _first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else k)
+    return path or "<root>"
+
+
+def _detect_config(args: argparse.Namespace, recs: list[dict[str, Any]]) -> tuple[dict[str, Any], str]:
+    """The configuration to detect with, and where it came from (``--config``, ``records``, ``command line``).
+
+    The records' configuration is used when present; an explicit ``--scheme``/``--scheme-params``/
+    ``--backend``/``--backend-params`` value that contradicts it is refused (``--device`` may
+    differ); ``--config FILE`` overrides the records on purpose.
+
+    Raises:
+        InputError: a contradiction (names the field) or records with mixed configurations.
+    """
+    if args.config:
+        return _config(args), "--config"
+    recorded = _recorded_config(recs)
+    if recorded is None:
+        return _config(args), "command line"
+    from .io import read_json_arg
+    from .registry import get_registry
+
+    reg = get_registry()
+    cfg = json.loads(json.dumps(recorded))
+    for kind, name_arg, params_arg in (("scheme", args.scheme, args.scheme_params),
+                                       ("backend", args.backend, args.backend_params)):
+        rec_spec = cfg.get(kind) or {"name": "global-sketch" if kind == "scheme" else "default", "params": {}}
+        if name_arg and name_arg != rec_spec.get("name"):
+            raise InputError(f"--{kind} {name_arg!r} contradicts the input records' {kind}.name {rec_spec.get('name')!r}: "
+                             "drop it to use the recorded configuration, or pass --config FILE to override on purpose")
+        given = read_json_arg(params_arg, f"--{kind}-params")
+        rec_params = dict(rec_spec.get("params") or {})
+        if given:
+            cls = reg.get(kind, rec_spec["name"])
+            mine = cls.parse_params({**rec_params, **given}).model_dump(mode="json")
+            theirs = cls.parse_params(rec_params).model_dump(mode="json")
+            for k in sorted(given):
+                if k == "device":
+                    continue
+                if mine.get(k) != theirs.get(k):
+                    raise InputError(
+                        f"--{kind}-params {k}={json.dumps(mine.get(k))} contradicts the input records' {kind}.params.{k}="
+                        f"{json.dumps(theirs.get(k))}: drop it to use the recorded configuration, or pass --config FILE "
+                        "to override on purpose")
+            rec_params.update({k: v for k, v in given.items() if k == "device"})
+        if kind == "backend" and args.device:
+            rec_params["device"] = args.device
+        cfg[kind] = {"name": rec_spec["name"], "params": rec_params}
+    return cfg, "records"
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
     from .io import read_records
 
-    wm = _watermarker(args)  # key errors first, before reading (possibly) stdin
+    key = _key(args)  # key errors first, before reading (possibly) stdin
     recs = read_records(args.input)
+    cfg, cfg_source = _detect_config(args, recs)
+    from .api import Watermarker
+
+    wm = Watermarker(key, cfg)
     recorded = {r["tokenizer"] for r in recs if isinstance(r.get("tokenizer"), str)}
     if recorded and recorded != {wm.backend.tokenizer_fingerprint}:
         from .errors import TokenizerMismatchError
@@ -94,43 +274,70 @@ def cmd_detect(args: argparse.Namespace) -> int:
             f"the input was generated with tokenizer {', '.join(sorted(recorded))}, but the detector's backend uses "
             f"tokenizer {wm.backend.tokenizer_fingerprint}: pass the generating --backend"
         )
-    res = wm.detect([r["text"] for r in recs], calibration=args.calibration, alpha=args.alpha)
+    res = wm.detect([r["text"] for r in recs], calibration=args.calibration, alpha=args.alpha, per_item=True,
+                    progress=_progress(args))
+    errors = [e for e in res.errors or [] if e is not None]
+    if len(errors) == len(recs):
+        raise InputError(errors[0] if len(recs) == 1 else
+                         f"none of the {len(recs)} texts could be scored (first: {errors[0]})")
+    prov = dict(res.provenance or {}, config_source=cfg_source, calibration=args.calibration, created=_now())
+    res.provenance = prov
     rows = res.to_records()
     if args.json:
-        for r in rows:
-            print(json.dumps(r))
+        for i, r in enumerate(rows):
+            print(json.dumps({"index": i, **r}))
     else:
         print(f"{'#':>4} {'tokens':>6} {'score':>10} {'z':>7} {'p-value':>10} {'threshold':>10}  decision")
+        notes = []
         for i, r in enumerate(rows):
+            if r["status"] != "ok":
+                print(f"{i:>4} {r['n_tokens']:>6} {'-':>10} {'-':>7} {'-':>10} {'-':>10}  not scored: {r['error']}")
+                continue
             print(f"{i:>4} {r['n_tokens']:>6} {r['score']:>10.3f} {r['z']:>7.2f} {r['p_value']:>10.2e} "
                   f"{r['threshold']:>10.3f}  {'WATERMARKED' if r['is_watermarked'] else 'not watermarked'}")
-        print(f"key {res.key_fingerprint}; threshold: {res.threshold_source} (alpha={res.alpha}); p-value: {res.p_value_method}")
+            if r.get("explanation"):
+                notes.append(f"  #{i}: {r['explanation']}")
+        print(f"key {res.key_fingerprint}; threshold: {res.threshold_source} (alpha={res.alpha}); p-value: {res.p_value_method}; "
+              f"scheme {prov['scheme']['name']} (config from {cfg_source}); sketchwm {prov['sketchwm_version']}")
+        for n in notes:
+            print(n)
+    if errors and args.strict:
+        print(f"sketchwm: error: {len(errors)} of {len(recs)} texts could not be scored (first: {errors[0]}); "
+              "drop --strict to report them per text", file=sys.stderr)
+        return 2
     return 0
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from .demo import demo_prompts
-    from .io import read_texts
+    from .io import check_output_path, read_texts
 
+    check_output_path(args.out)
     wm = _watermarker(args)
     if args.input:
         texts = read_texts(args.input)
         source, model_id = f"{len(texts)} texts from {args.input}", args.model_id or "human"
+        prov = wm.provenance(watermark=False, seeds={})
     else:
         prompts = demo_prompts(args.n_samples, offset=args.prompt_offset)
         over = {"gen_length": args.gen_length} if args.gen_length else {}
-        out = wm.generate(prompts, seed=args.seed, watermark=False, batch_size=args.batch_size, progress=not args.quiet, **over)
+        prov = wm.provenance(watermark=False, seeds={"calibrate": args.seed}, **over)
+        out = wm.generate(prompts, seed=args.seed, watermark=False, batch_size=args.batch_size,
+                          progress=_progress(args), **over)
         texts, source, model_id = out.texts, f"{len(prompts)} unwatermarked samples of {wm.backend.model_id}", None
-    cal = wm.calibrate(texts, alpha=args.alpha, source=source, model_id=model_id)
+    cal = wm.calibrate(texts, alpha=args.alpha, source=source, model_id=model_id, skip_invalid=not args.strict,
+                       provenance=prov)
     cal.save(args.out)
-    print(f"wrote calibration for key {cal.key_fingerprint} ({len(cal.bins)} length bins) to {args.out}", file=sys.stderr)
+    skipped = f"; {cal.n_skipped} texts could not be scored and were left out" if cal.n_skipped else ""
+    print(f"wrote calibration for key {cal.key_fingerprint} ({len(cal.bins)} length bins) to {args.out}{skipped}",
+          file=sys.stderr)
     return 0
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    from .registry import get_registry
+    from .plugin_index import describe_plugins
 
-    desc = get_registry().describe()
+    desc = describe_plugins(use_cache=not args.no_cache)
     if args.json:
         print(json.dumps(desc, indent=2, ensure_ascii=False))
     else:
@@ -143,11 +350,10 @@ def cmd_plugins(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import format_table, run_demo
-    from .keys import WatermarkKey
 
-    key = WatermarkKey.load(args.key) if args.key else None
+    key = _key(args) if args.key else None
     res = run_demo(key=key, n_prompts=args.n_prompts, n_null=args.n_null, gen_length=args.gen_length, alpha=args.alpha,
-                   seed=args.seed, config=_config(args) or None, progress=not args.quiet)
+                   seed=args.seed, config=_config(args) or None, progress=_progress(args))
     print(format_table(res))
     if args.json:
         print(json.dumps(res))
@@ -156,96 +362,157 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of the ``sketchwm`` command."""
-    p = argparse.ArgumentParser(prog="sketchwm", description="Global sketch watermarking for masked diffusion LMs.")
-    sub = p.add_subparsers(dest="command", required=True)
+    from . import __version__
 
-    k = sub.add_parser("keygen", help="write a new secret key file (mode 0600)")
-    k.add_argument("--out", required=True)
+    p = _Parser(prog="sketchwm", description="Global sketch watermarking for masked diffusion LMs.")
+    p.add_argument("--version", action="version", version=f"sketchwm {__version__}")
+    p.add_argument("--debug", action="store_true", help="show the traceback of every error")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show the traceback of every error")
+
+    def add(name: str, **kw: Any) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], **kw)
+
+    k = add("keygen", help="write a new secret key file (mode 0600)")
+    k.add_argument("--out", required=True, help="path of the new key file (its directory must exist)")
     k.add_argument("--force", action="store_true", help="overwrite an existing key file")
     k.set_defaults(func=cmd_keygen)
 
-    g = sub.add_parser("generate", help="generate (watermarked) text → JSONL")
-    g.add_argument("--key", required=False)
+    g = add("generate", help="generate (watermarked) text → JSONL")
+    _add_key_args(g)
     g.add_argument("--prompt", action="append", help="a prompt (repeatable)")
     g.add_argument("--prompts", help="file with one prompt per line (or JSONL with 'prompt'); - for stdin")
-    g.add_argument("--out", default="-", help="output JSONL (default stdout)")
+    g.add_argument("--out", default="-", help="output JSONL (default stdout); written atomically")
+    g.add_argument("--append", action="store_true", help="add the new records after those already in --out "
+                                                         "(still one atomic replace)")
     g.add_argument("--no-watermark", action="store_true", help="sample the base model")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--gen-length", type=int)
-    g.add_argument("--steps", type=int)
-    g.add_argument("--block-length", type=int)
-    g.add_argument("--temperature", type=float)
-    g.add_argument("--remasking", choices=["low_confidence", "random", "entropy"])
-    g.add_argument("--batch-size", type=int, default=16)
-    g.add_argument("--quiet", action="store_true")
+    g.add_argument("--seed", type=nonneg_int, default=0, help="seed of the sampler's torch.Generator (default 0)")
+    g.add_argument("--gen-length", type=positive_int, help="tokens to generate per text (default: the backend's)")
+    g.add_argument("--steps", type=positive_int, help="denoising steps (default: the backend's)")
+    g.add_argument("--block-length", type=positive_int, help="semi-autoregressive block length (default: the backend's)")
+    g.add_argument("--temperature", type=nonneg_float, help="sampling temperature T >= 0 (0 = greedy)")
+    g.add_argument("--remasking", choices=["low_confidence", "random", "entropy"], help="which masked positions to commit first")
+    g.add_argument("--batch-size", type=positive_int, default=16, help="prompts per forward batch (default 16)")
+    g.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_config_args(g)
     g.set_defaults(func=cmd_generate)
 
-    d = sub.add_parser("detect", help="detect the watermark in text or JSONL")
-    d.add_argument("--key", required=False)
+    d = add("detect", help="detect the watermark in text or JSONL")
+    _add_key_args(d)
     d.add_argument("--input", required=True, help="plain text file (one text) or JSONL with 'text'; - for stdin")
     d.add_argument("--calibration", help="calibration JSON from `sketchwm calibrate` (default: analytic threshold)")
-    d.add_argument("--alpha", type=float, default=0.01)
+    d.add_argument("--alpha", type=probability, default=0.01, help="target false-positive rate in (0, 1) (default 0.01)")
     d.add_argument("--json", action="store_true", help="one JSON result per line")
+    d.add_argument("--strict", action="store_true", help="exit 2 if any text cannot be scored (default: report it "
+                                                         "in that text's result and score the rest)")
+    d.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_config_args(d)
     d.set_defaults(func=cmd_detect)
 
-    c = sub.add_parser("calibrate", help="empirical thresholds from unwatermarked texts → JSON")
-    c.add_argument("--key", required=False)
-    c.add_argument("--out", required=True)
+    c = add("calibrate", help="empirical thresholds from unwatermarked texts → JSON")
+    _add_key_args(c)
+    c.add_argument("--out", required=True, help="output calibration JSON (written atomically)")
     c.add_argument("--input", help="unwatermarked texts (JSONL/plain); default: sample the model")
     c.add_argument("--model-id", help="label of the null texts' source (with --input)")
-    c.add_argument("--n-samples", type=int, default=200)
-    c.add_argument("--prompt-offset", type=int, default=100)
-    c.add_argument("--gen-length", type=int)
-    c.add_argument("--alpha", type=float, default=0.01)
-    c.add_argument("--seed", type=int, default=1)
-    c.add_argument("--batch-size", type=int, default=50)
-    c.add_argument("--quiet", action="store_true")
+    c.add_argument("--n-samples", type=positive_int, default=200, help="model samples to calibrate on (default 200)")
+    c.add_argument("--prompt-offset", type=nonneg_int, default=100, help="first prompt of the shipped split to use")
+    c.add_argument("--gen-length", type=positive_int, help="tokens per sample (default: the backend's)")
+    c.add_argument("--alpha", type=probability, default=0.01, help="target false-positive rate in (0, 1) (default 0.01)")
+    c.add_argument("--seed", type=nonneg_int, default=1, help="seed of the sampler (default 1)")
+    c.add_argument("--batch-size", type=positive_int, default=50, help="prompts per forward batch (default 50)")
+    c.add_argument("--strict", action="store_true", help="fail if any text cannot be scored (default: leave it out)")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_config_args(c)
     c.set_defaults(func=cmd_calibrate)
 
-    pl = sub.add_parser("plugins", help="list registered components by kind")
-    pl.add_argument("--json", action="store_true")
+    pl = add("plugins", help="list registered components by kind")
+    pl.add_argument("--json", action="store_true", help="print the listing as JSON")
+    pl.add_argument("--no-cache", action="store_true", help="import every plugin instead of reading the cached listing")
     pl.set_defaults(func=cmd_plugins)
 
-    dm = sub.add_parser("demo", help="the main job: generate, calibrate, detect, print TPR/FPR")
-    dm.add_argument("--key", help="key file (default: the public demo key)")
-    dm.add_argument("--n-prompts", type=int, default=20)
-    dm.add_argument("--n-null", type=int, default=200)
-    dm.add_argument("--gen-length", type=int, default=128)
-    dm.add_argument("--alpha", type=float, default=0.01)
-    dm.add_argument("--seed", type=int, default=0)
+    dm = add("demo", help="the main job: generate, calibrate, detect, print TPR/FPR")
+    _add_key_args(dm, "; default: the public demo key")
+    dm.add_argument("--n-prompts", type=positive_int, default=20, help="watermarked/unwatermarked prompt pairs (default 20)")
+    dm.add_argument("--n-null", type=positive_int, default=200, help="unwatermarked samples for calibration (default 200)")
+    dm.add_argument("--gen-length", type=positive_int, default=128, help="tokens per sample (default 128)")
+    dm.add_argument("--alpha", type=probability, default=0.01, help="target false-positive rate (default 0.01)")
+    dm.add_argument("--seed", type=nonneg_int, default=0, help="seed of the sampler (default 0)")
     dm.add_argument("--json", action="store_true", help="print the figures as one JSON object on the last line")
-    dm.add_argument("--quiet", action="store_true")
+    dm.add_argument("--quiet", action="store_true", help="no progress bar")
     _add_config_args(dm)
     dm.set_defaults(func=cmd_demo)
 
-    try:
-        from .cli_attack import add_attack_command
+    from .cli_attack import add_attack_command
 
-        add_attack_command(sub)
-    except ImportError:
-        pass
+    add_attack_command(sub, parents=[common])
     return p
 
 
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``sketchwm`` console script; returns the exit status."""
+    """Entry point of the ``sketchwm`` console script; returns the exit status.
+
+    0: success. 2: the user's input, files or environment (one line on stderr). 1: a bug (traceback).
+    130: interrupted (Ctrl-C); outputs are left as they were.
+    """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # busy-waiting OpenMP threads starve a shared 2-core CPU
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, usage errors (exit 2)
+        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+    debug = bool(getattr(args, "debug", False))
     try:
         return int(args.func(args) or 0)
     except SketchwmError as exc:
-        print(f"sketchwm: error: {exc}", file=sys.stderr)
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        print(f"sketchwm: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("sketchwm: interrupted", file=sys.stderr)
+        print("sketchwm: interrupted; no output file was changed", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `sketchwm detect ... | head`
+        try:
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at exit
+        except OSError:
+            pass
+        return 0
+    except (OSError, MemoryError) as exc:  # the environment: permissions, full disk, out of memory
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        hint = "lower --batch-size or --gen-length" if isinstance(exc, MemoryError) else "check the path, permissions and free space"
+        print(f"sketchwm: error: {type(exc).__name__}: {_one_line(exc)}{where}: {hint}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - a bug: show it
+        if _is_oom(exc):
+            print(f"sketchwm: error: out of memory ({_one_line(exc)[:200]}): lower --batch-size or --gen-length",
+                  file=sys.stderr)
+            return 2
+        import traceback
+
+        traceback.print_exc()
+        print("sketchwm: internal error (a bug in sketchwm or a plugin; please report it with the traceback above)",
+              file=sys.stderr)
+        return 1
+
+
+def _is_oom(exc: BaseException) -> bool:
+    torch = sys.modules.get("torch")
+    oom = getattr(torch, "OutOfMemoryError", None) if torch is not None else None
+    return oom is not None and isinstance(exc, oom)
 
 
 if __name__ == "__main__":

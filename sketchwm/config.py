@@ -22,9 +22,10 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class StrictModel(BaseModel):
-    """Base for all configs: unknown fields are errors, instances are immutable."""
+    """Base for all configs: unknown fields are errors, NaN and ±inf are refused in every float field,
+    instances are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ComponentSpec(StrictModel):

@@ -72,18 +72,18 @@ def run_demo(
 
     Returns:
         dict with ``tpr``, ``fpr`` (calibrated threshold), ``tpr_analytic``, ``fpr_analytic``,
-        median ``z``/``p_value`` per side, sizes, timings, key fingerprint, sample texts.
+        median ``z``/``p_value`` per side, sizes, timings, key fingerprint, sample texts, and
+        ``provenance`` (:meth:`Watermarker.provenance`: configuration, model, version, seeds).
     """
     key = key or DEMO_KEY
     wm = watermarker or Watermarker(key, config)
     t0 = time.perf_counter()
     prompts = demo_prompts(n_prompts)
     null_prompts = demo_prompts(n_null, offset=n_prompts)
-    over = {"gen_length": gen_length}
+    over: dict[str, Any] = {"gen_length": gen_length}
     if gen_length % wm.sampler(False).config.block_length:
         over["block_length"] = gen_length
-    steps = wm.sampler(False, **over).config.steps
-    if steps > gen_length:
+    if wm.sampler(False).config.steps > gen_length:  # checked before building a sampler that would refuse it
         over["steps"] = gen_length
     t = time.perf_counter()
     marked = wm.generate(prompts, seed=seed, watermark=True, batch_size=batch_size, progress=progress, **over)
@@ -122,6 +122,7 @@ def run_demo(
         "seconds_total": round(time.perf_counter() - t0, 1),
         "example_watermarked": marked.texts[0][:300],
         "example_unwatermarked": plain.texts[0][:300],
+        "provenance": wm.provenance(watermark=True, seeds={"generate": seed, "calibrate": seed + 1}, **over),
     }
 
 

@@ -80,22 +80,84 @@ class DetectionResult:
     key_fingerprint: str
     scheme: str
     p_value_method: str
+    errors: list[str | None] | None = None
+    tau_analytic: torch.Tensor | None = None
+    tau_calibrated: torch.Tensor | None = None
+    provenance: dict[str, Any] | None = None
 
     def __len__(self) -> int:
         return int(self.score.shape[0])
 
+    @property
+    def ok(self) -> torch.Tensor:
+        """(B,) bool: True where the text was scored (False: see ``errors``)."""
+        if self.errors is None:
+            return torch.ones(len(self), dtype=torch.bool)
+        return torch.tensor([e is None for e in self.errors], dtype=torch.bool)
+
+    def explain(self, i: int) -> dict[str, Any]:
+        """Which rule decided text ``i`` and, when score, z and p-value seem to disagree, why.
+
+        The one rule (:meth:`Detector.decide`) is ``score >= threshold`` with threshold =
+        max(τ_N, τ_α) (or ``p_value <= alpha`` for a scheme with neither). The p-value and z are
+        reported alongside; they can point the other way when the calibrated τ_N is stricter than
+        the analytic τ_α (the model's null scores are wider than the analytic null), when the score
+        carries a norm penalty (paper eq. 18-19) that z does not, or when the p-value comes from a
+        normal approximation.
+
+        Returns:
+            ``{"decided_by": ..., "rule": ..., "explanation": str | None}``.
+        """
+        thr = float(self.threshold[i])
+        if self.threshold_source == "p-value":
+            return {"decided_by": "p-value", "rule": f"p_value <= alpha ({self.alpha:g}); the scheme has no closed-form "
+                    "threshold and no calibration was given", "explanation": None}
+        ta = None if self.tau_analytic is None else float(self.tau_analytic[i])
+        tc = None if self.tau_calibrated is None else float(self.tau_calibrated[i])
+        if tc is not None and (ta is None or tc >= ta):
+            by = "calibrated tau_N"
+        else:
+            by = "analytic tau_alpha"
+        rule = f"score >= threshold = max(tau_N, tau_alpha) = {thr:.4g}" if (ta is not None and tc is not None) \
+            else f"score >= threshold ({by}) = {thr:.4g}"
+        s, p, z, w = float(self.score[i]), float(self.p_value[i]), float(self.z[i]), bool(self.is_watermarked[i])
+        why = None
+        if (p <= self.alpha) != w:
+            parts = [f"p = {p:.3g} {'<=' if p <= self.alpha else '>'} alpha = {self.alpha:g} and z = {z:.3g}, but the "
+                     f"decision is the score rule: score {s:.4g} {'>=' if w else '<'} {thr:.4g} ({by})"]
+            if by == "calibrated tau_N":
+                parts.append("the calibrated threshold, from this model's unwatermarked texts, is stricter than the "
+                             "analytic null the p-value assumes")
+            if "normal" in self.p_value_method.lower() or "phi" in self.p_value_method.lower():
+                parts.append(f"the p-value is a normal approximation ({self.p_value_method})")
+            if abs(s - z) > 1e-9 * max(1.0, abs(z)):
+                parts.append("the score is not z: it includes the scheme's norm penalty (paper eq. 18), which z and "
+                             "the p-value leave out")
+            why = "; ".join(parts)
+        return {"decided_by": by, "rule": rule, "explanation": why}
+
     def to_records(self) -> list[dict[str, Any]]:
-        """One JSON-serialisable dict per text."""
+        """One JSON-serialisable dict per text.
+
+        Every record has ``status`` (``"ok"`` or ``"error"``); an unscored text has ``error`` (the
+        reason) and null statistics. Scored texts carry ``decided_by``/``rule``/``explanation``
+        (:meth:`explain`). ``provenance`` (when set) is copied into each record.
+        """
         out = []
+        ok = self.ok
         for i in range(len(self)):
-            out.append(
-                {
-                    "score": float(self.score[i]), "z": float(self.z[i]), "p_value": float(self.p_value[i]),
-                    "threshold": float(self.threshold[i]), "is_watermarked": bool(self.is_watermarked[i]),
-                    "n_tokens": int(self.n_tokens[i]), "threshold_source": self.threshold_source, "alpha": self.alpha,
-                    "key_fingerprint": self.key_fingerprint, "scheme": self.scheme, "p_value_method": self.p_value_method,
-                }
-            )
+            base = {"status": "ok" if ok[i] else "error", "threshold_source": self.threshold_source, "alpha": self.alpha,
+                    "key_fingerprint": self.key_fingerprint, "scheme": self.scheme, "p_value_method": self.p_value_method}
+            if ok[i]:
+                rec = {"score": float(self.score[i]), "z": float(self.z[i]), "p_value": float(self.p_value[i]),
+                       "threshold": float(self.threshold[i]), "is_watermarked": bool(self.is_watermarked[i]),
+                       "n_tokens": int(self.n_tokens[i]), **base, **self.explain(i)}
+            else:
+                rec = {"score": None, "z": None, "p_value": None, "threshold": None, "is_watermarked": None,
+                       "n_tokens": int(self.n_tokens[i]), **base, "error": self.errors[i]}
+            if self.provenance:
+                rec["provenance"] = self.provenance
+            out.append(rec)
         return out
 
 
@@ -120,6 +182,8 @@ class Calibration(StrictModel):
         alpha: target false-positive rate.
         source: description of the null texts (e.g. "model samples", "human passages").
         bins: thresholds per length bin.
+        n_skipped: null texts left out because they could not be scored (too short, empty).
+        provenance: how the calibration was made (scheme params, backend, sampler, seeds).
         sketchwm_version, created: provenance.
     """
 
@@ -132,6 +196,8 @@ class Calibration(StrictModel):
     alpha: float = Field(gt=0, lt=1)
     source: str = ""
     bins: list[LengthBin]
+    n_skipped: int = Field(0, ge=0)
+    provenance: dict[str, Any] = Field(default_factory=dict)
     sketchwm_version: str = __version__
     created: str = ""
 
@@ -155,11 +221,9 @@ class Calibration(StrictModel):
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write JSON atomically (temp file + rename), never leaving a half-written file."""
-        p = Path(path)
-        tmp = p.with_suffix(p.suffix + ".tmp")
-        tmp.write_text(self.model_dump_json(indent=2))
-        os.replace(tmp, p)
-        return p
+        from .io import write_text_atomic
+
+        return write_text_atomic(path, self.model_dump_json(indent=2))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "Calibration":
@@ -272,7 +336,10 @@ class Detector:
                 raise InputError(f"text {i} is empty")
         return [list(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
 
-    def decide(self, score: torch.Tensor, p_value: torch.Tensor, n_tokens: torch.Tensor) -> tuple[torch.Tensor, str, torch.Tensor]:
+    def decide(
+        self, score: torch.Tensor, p_value: torch.Tensor, n_tokens: torch.Tensor,
+        thresholds: "tuple[torch.Tensor | None, torch.Tensor | None] | None" = None,
+    ) -> tuple[torch.Tensor, str, torch.Tensor]:
         """The one decision rule of sketchwm (``detect``, ``demo``, the benchmarks and the baselines).
 
         A text is flagged iff its score passes every test the detector holds at level α:
@@ -288,17 +355,14 @@ class Detector:
 
         Args:
             score, p_value: (B,) float64; n_tokens: (B,) int64 lengths (for the length bins).
+            thresholds: :meth:`thresholds` of ``n_tokens`` if already computed.
 
         Returns:
             threshold (B,) float64 (NaN when the decision is p ≤ α), its source, is_watermarked (B,) bool.
         """
-        try:
-            analytic = torch.tensor([self.scheme.analytic_threshold(self.alpha, int(k)) for k in n_tokens],
-                                    dtype=torch.float64)
-        except NotImplementedError:
-            analytic = None
+        analytic, calibrated = thresholds if thresholds is not None else self.thresholds(n_tokens)
         if self.calibration is not None:
-            thr = self.calibration.threshold_for(n_tokens)
+            thr = calibrated
             source = "calibrated"
             if analytic is not None:
                 source = "max(calibrated, analytic)"
@@ -308,36 +372,107 @@ class Detector:
             return analytic, "analytic", score >= analytic
         return torch.full_like(score, float("nan")), "p-value", p_value <= self.alpha
 
-    def detect(self, texts: Sequence[str]) -> DetectionResult:
-        """Detect in texts (see :meth:`detect_ids`)."""
-        return self.detect_ids(self.tokenize(texts))
+    def thresholds(self, n_tokens: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The two thresholds of :meth:`decide` for lengths (B,) int64: analytic τ_α and calibrated τ_N,
+        each (B,) float64 or None when the scheme has no closed form / no calibration was given."""
+        try:
+            analytic = torch.tensor([self.scheme.analytic_threshold(self.alpha, int(k)) for k in n_tokens],
+                                    dtype=torch.float64)
+        except NotImplementedError:
+            analytic = None
+        calibrated = self.calibration.threshold_for(n_tokens) if self.calibration is not None else None
+        return analytic, calibrated
 
-    def detect_ids(self, id_lists: Sequence[Sequence[int]]) -> DetectionResult:
-        """Detect in token-id lists.
+    def detect(self, texts: Sequence[str], *, per_item: bool = False, progress: bool = False) -> DetectionResult:
+        """Detect in texts (see :meth:`detect_ids`).
+
+        Args:
+            per_item: False raises on the first text that cannot be scored; True scores the others and
+                records the reason in ``DetectionResult.errors`` (batch use: one result per text).
+            progress: a tqdm bar per text (on stderr).
+        """
+        if isinstance(texts, str):
+            raise InputError("detect expects a list of texts, got a single string")
+        if not per_item:
+            return self.detect_ids(self.tokenize(texts), progress=progress)
+        errors: list[str | None] = [None] * len(texts)
+        lists: list[list[int]] = []
+        for i, t in enumerate(texts):
+            if not isinstance(t, str) or not t.strip():
+                errors[i] = f"text {i} is empty"
+                lists.append([])
+            else:
+                lists.append(list(self.tokenizer.encode(t, add_special_tokens=False)))
+        return self.detect_ids(lists, per_item=True, progress=progress, _errors=errors)
+
+    def check_ids(self, i: int, ids: Sequence[int]) -> str | None:
+        """Why text ``i`` (an id list) cannot be scored, or None if it can."""
+        V = self.scheme.vocab_size
+        if len(ids) == 0:
+            return f"text {i} is empty"
+        if len(ids) < self.scheme.min_tokens:
+            return f"text {i} has {len(ids)} tokens; at least {self.scheme.min_tokens} are needed for detection"
+        lo, hi = min(ids), max(ids)
+        if lo < 0 or hi >= V:
+            return f"text {i} has token id {hi if hi >= V else lo} outside the vocabulary [0, {V})"
+        return None
+
+    def detect_ids(
+        self, id_lists: Sequence[Sequence[int]], *, per_item: bool = False, progress: bool = False,
+        chunk: int = 256, _errors: list[str | None] | None = None,
+    ) -> DetectionResult:
+        """Detect in token-id lists, scored in chunks of ``chunk`` texts (each one vectorised call).
+
+        Args:
+            per_item: see :meth:`detect`; unscored texts get NaN statistics, ``is_watermarked`` False
+                and their reason in ``errors``.
+            progress: a tqdm bar counting texts.
 
         Raises:
-            InputError: no texts, an empty or too-short text (fewer than ``scheme.min_tokens``
-                tokens), ids outside [0, V).
+            InputError: no texts; without ``per_item``, an empty or too-short text (fewer than
+                ``scheme.min_tokens`` tokens) or ids outside [0, V).
         """
-        if len(id_lists) == 0:
+        B = len(id_lists)
+        if B == 0:
             raise InputError("no texts to detect")
-        V = self.scheme.vocab_size
+        errors = list(_errors) if _errors is not None else [None] * B
         for i, ids in enumerate(id_lists):
-            if len(ids) == 0:
-                raise InputError(f"text {i} is empty")
-            if len(ids) < self.scheme.min_tokens:
-                raise InputError(f"text {i} has {len(ids)} tokens; at least {self.scheme.min_tokens} are needed for detection")
-            lo, hi = min(ids), max(ids)
-            if lo < 0 or hi >= V:
-                raise InputError(f"text {i} has token id {hi if hi >= V else lo} outside the vocabulary [0, {V})")
-        ids, valid = pad_ids(id_lists)
-        s = self.scheme.score_ids(ids, valid)
-        n = s.n_scored.cpu()
-        thr, source, decide = self.decide(s.score.cpu(), s.p_value.cpu(), valid.sum(1))
+            if errors[i] is None:
+                errors[i] = self.check_ids(i, ids)
+            if errors[i] is not None and not per_item:
+                raise InputError(errors[i])
+        good = [i for i in range(B) if errors[i] is None]
+        score = torch.full((B,), float("nan"), dtype=torch.float64)
+        z, p = score.clone(), score.clone()
+        n = torch.tensor([len(x) for x in id_lists], dtype=torch.long)
+        method = ""
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=B, desc="detecting", unit="text")
+            bar.update(B - len(good))
+        for c0 in range(0, len(good), chunk):
+            sel = good[c0 : c0 + chunk]
+            ids, valid = pad_ids([id_lists[i] for i in sel])
+            s = self.scheme.score_ids(ids, valid)
+            idx = torch.tensor(sel, dtype=torch.long)
+            score[idx], z[idx], p[idx] = s.score.cpu().double(), s.z.cpu().double(), s.p_value.cpu().double()
+            n[idx] = s.n_scored.cpu().long()
+            method = s.p_value_method
+            if bar is not None:
+                bar.update(len(sel))
+        if bar is not None:
+            bar.close()
+        lengths = torch.tensor([len(x) for x in id_lists], dtype=torch.long)
+        analytic, calibrated = self.thresholds(lengths)
+        thr, source, decide = self.decide(score, p, lengths, (analytic, calibrated))
+        decide = decide & torch.tensor([e is None for e in errors], dtype=torch.bool)
         return DetectionResult(
-            score=s.score.cpu(), z=s.z.cpu(), p_value=s.p_value.cpu(), threshold=thr, is_watermarked=decide,
+            score=score, z=z, p_value=p, threshold=thr, is_watermarked=decide,
             n_tokens=n, threshold_source=source, alpha=self.alpha, key_fingerprint=self.key_fingerprint,
-            scheme=self.scheme.name, p_value_method=s.p_value_method,
+            scheme=self.scheme.name, p_value_method=method, errors=errors if per_item else None,
+            tau_analytic=analytic, tau_calibrated=calibrated,
         )
 
 
@@ -369,6 +504,8 @@ def calibrate(
     bin_edges: Sequence[int] = DEFAULT_BIN_EDGES,
     source: str = "",
     min_per_bin: int | None = None,
+    skip_invalid: bool = False,
+    provenance: dict[str, Any] | None = None,
 ) -> Calibration:
     """Empirical τ_N per length bin from unwatermarked texts (§4.3).
 
@@ -384,10 +521,20 @@ def calibrate(
         bin_edges: candidate bin edges (increasing).
         source: description of the null texts.
         min_per_bin: minimum texts per bin.
+        skip_invalid: leave out texts that cannot be scored (counted in ``n_skipped``) instead of
+            raising :class:`InputError`.
+        provenance: stored as is in the calibration.
 
     Raises:
-        CalibrationError: fewer than ⌈1/α⌉ − 1 null texts in all (no finite (1−α) quantile exists).
+        CalibrationError: fewer than ⌈1/α⌉ − 1 scorable null texts in all (no finite (1−α) quantile exists).
+        InputError: an unscorable text, unless ``skip_invalid``.
     """
+    n_skipped = 0
+    if skip_invalid:
+        kept = [x for i, x in enumerate(id_lists) if detector.check_ids(i, x) is None]
+        n_skipped, id_lists = len(id_lists) - len(kept), kept
+    if not (0 < alpha < 1) or 1 / alpha > 1e12:
+        raise CalibrationError(f"alpha must be in [1e-12, 1) to calibrate, got {alpha}")
     need = math.ceil(1 / alpha) - 1
     if len(id_lists) < need:
         raise CalibrationError(f"calibrating at alpha={alpha} needs at least {need} unwatermarked texts, got {len(id_lists)}")
@@ -401,5 +548,6 @@ def calibrate(
     return Calibration(
         key_fingerprint=detector.key_fingerprint, scheme=detector.scheme.name,
         scheme_config_hash=config_hash(detector.scheme.params), model_id=model_id, tokenizer=detector.tokenizer_fp,
-        alpha=alpha, source=source, bins=bins, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        alpha=alpha, source=source, bins=bins, n_skipped=n_skipped, provenance=provenance or {},
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )

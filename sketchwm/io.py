@@ -1,28 +1,56 @@
-"""Reading inputs and writing outputs for the CLI, safely (atomic writes; clear errors)."""
+"""Reading inputs and writing outputs for the CLI, safely (atomic writes; clear errors).
+
+Every file sketchwm writes goes through :func:`atomic_write`: the bytes go to a temporary file in
+the destination's directory, are flushed and fsync'ed, and only then renamed over the destination
+(``os.replace``, atomic on POSIX). An interrupted or failed write (exception, Ctrl-C, SIGKILL)
+leaves the previous file untouched; at worst a stray ``.<name>.*.tmp`` file remains.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
-from typing import Any, Iterable
+from typing import IO, Any, Iterable, Iterator
 
 from .errors import InputError
 
-__all__ = ["read_texts", "read_records", "write_jsonl_atomic", "read_json_arg"]
+__all__ = [
+    "read_texts", "read_records", "read_lines", "write_jsonl_atomic", "write_json_atomic", "write_text_atomic",
+    "atomic_write", "read_json_arg", "check_output_path",
+]
 
 
 def _read_source(path: str) -> str:
+    """The UTF-8 text of a file, or of stdin for ``-``.
+
+    Raises:
+        InputError: missing path, a directory, unreadable file, or bytes that are not UTF-8.
+    """
     if path == "-":
-        return sys.stdin.read()
+        data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+        if isinstance(data, str):
+            return data
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(f"standard input is not UTF-8 text (byte {exc.start}): convert it first, "
+                             "e.g. with iconv -t UTF-8") from None
     p = Path(path)
     if not p.exists():
         raise InputError(f"input file not found: {p}")
+    if p.is_dir():
+        raise InputError(f"input {p} is a directory: pass a file (plain text or JSONL)")
     try:
         return p.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"input file is not UTF-8 text: {p}") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"input file {p} is not UTF-8 text (byte {exc.start}): convert it first, "
+                         "e.g. with iconv -t UTF-8") from None
+    except OSError as exc:
+        raise InputError(f"cannot read input file {p}: {exc.strerror or exc}") from None
 
 
 def read_records(path: str) -> list[dict[str, Any]]:
@@ -53,8 +81,9 @@ def _parse_jsonl(lines: list[str], path: str, fields: tuple[str, ...]) -> list[d
     for i, ln in enumerate(lines, 1):
         try:
             rec = json.loads(ln)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}: line {i} is not valid JSON: {exc.msg}") from None
+        except (json.JSONDecodeError, RecursionError) as exc:
+            msg = getattr(exc, "msg", "nested too deeply")
+            raise InputError(f"{path}: line {i} is not valid JSON ({msg}); is the file truncated?") from None
         if not isinstance(rec, dict) or not any(isinstance(rec.get(f), str) for f in fields):
             raise InputError(f"{path}: line {i} has no string field {' or '.join(repr(f) for f in fields)}")
         out.append(rec)
@@ -78,21 +107,104 @@ def read_lines(path: str) -> list[str]:
     return lines
 
 
-def write_jsonl_atomic(path: str, records: Iterable[dict[str, Any]]) -> None:
-    """Write JSONL to ``path`` (``-`` = stdout) via a temporary file and rename, so an error never
-    leaves a truncated file or clobbers an existing one half-way."""
+def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
+    """Check, before any work, that ``path`` can be written: its directory exists and it is not a directory.
+
+    Raises:
+        InputError: naming the path and the fix.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{what} {p} is a directory: pass a file name")
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise InputError(f"cannot write {what} {p}: directory {parent} does not exist (create it first)")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"cannot write {what} {p}: directory {parent} is not writable")
+    return p
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "w", *, perms: int | None = None, overwrite: bool = True,
+                 append: bool = False, encoding: str | None = "utf-8", newline: str | None = None) -> Iterator[IO[Any]]:
+    """Open a temporary file next to ``path``; on success rename it over ``path`` (atomic), else delete it.
+
+    Args:
+        path: destination file; its directory must exist.
+        mode: ``"w"`` (text) or ``"wb"`` (bytes).
+        perms: file mode of the result (e.g. 0o600 for keys); default: that of an existing file, else 0o644
+            masked by the umask.
+        overwrite: False refuses to replace an existing file (checked again at the rename, with a
+            hard link, so two writers cannot both win).
+        append: start from a copy of the existing file's content (explicit append mode; the
+            destination still changes in one step).
+        encoding, newline: as for :func:`open` in text mode (ignored for ``"wb"``; ``newline=""`` for csv).
+
+    Raises:
+        InputError: the directory does not exist or is not writable; ``path`` is a directory; or
+            ``overwrite`` is False and ``path`` exists.
+    """
+    p = check_output_path(path)
+    if not overwrite and p.exists():
+        raise InputError(f"refusing to overwrite existing file {p} (pass --force to replace it)")
+    binary = "b" in mode
+    fd, tmp = tempfile.mkstemp(dir=str(p.parent), prefix=f".{p.name}.", suffix=".tmp")
+    try:
+        if perms is None:
+            if p.exists():
+                perms = p.stat().st_mode & 0o777
+            else:
+                umask = os.umask(0)
+                os.umask(umask)
+                perms = 0o666 & ~umask
+        os.chmod(tmp, perms)
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": encoding, "newline": newline})) as fh:
+            if append and p.exists():
+                fh.write(p.read_bytes() if binary else p.read_text(encoding=encoding))
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        if overwrite:
+            os.replace(tmp, p)
+        else:
+            try:
+                os.link(tmp, p)  # fails if p appeared meanwhile: never clobber
+            except FileExistsError:
+                raise InputError(f"refusing to overwrite existing file {p} (pass --force to replace it)") from None
+            os.unlink(tmp)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_text_atomic(path: str | os.PathLike, text: str, **kwargs: Any) -> Path:
+    """Write ``text`` to ``path`` through :func:`atomic_write`; returns the path."""
+    with atomic_write(path, **kwargs) as fh:
+        fh.write(text)
+    return Path(path)
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any, indent: int | None = 2, **kwargs: Any) -> Path:
+    """Write one JSON document to ``path`` through :func:`atomic_write` (benchmark results, calibrations)."""
+    return write_text_atomic(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n", **kwargs)
+
+
+def write_jsonl_atomic(path: str, records: Iterable[dict[str, Any]], append: bool = False) -> None:
+    """Write JSONL to ``path`` (``-`` = stdout) through :func:`atomic_write`, so an error or an interrupt
+    never leaves a truncated file or clobbers an existing one half-way.
+
+    Args:
+        append: keep the existing lines and add these after them (still one atomic rename).
+    """
     if path == "-":
         for r in records:
             sys.stdout.write(json.dumps(r, ensure_ascii=False) + "\n")
         sys.stdout.flush()
         return
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(p.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
+    with atomic_write(path, append=append) as fh:
         for r in records:
             fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-    os.replace(tmp, p)
 
 
 def read_json_arg(value: str | None, what: str) -> dict[str, Any]:
@@ -108,8 +220,8 @@ def read_json_arg(value: str | None, what: str) -> dict[str, Any]:
         text = _read_source(value[1:])
     try:
         obj = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{what} is not valid JSON: {exc.msg}") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise InputError(f"{what} is not valid JSON: {getattr(exc, 'msg', exc)}") from None
     if not isinstance(obj, dict):
         raise InputError(f"{what} must be a JSON object")
     return obj

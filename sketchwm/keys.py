@@ -18,10 +18,21 @@ from pathlib import Path
 
 from .errors import KeyError_
 
-__all__ = ["WatermarkKey", "MIN_SECRET_BYTES"]
+__all__ = ["WatermarkKey", "MIN_SECRET_BYTES", "KEY_ENV", "KEY_FILE_ENV", "INSECURE_PERMS_ENV"]
 
 MIN_SECRET_BYTES = 16
 _PREFIX = b"sketchwm/v1/"
+#: environment variable holding a hex secret (so it never appears in argv, shell history or ``ps``)
+KEY_ENV = "SKETCHWM_KEY"
+#: environment variable naming a key file (used when ``--key`` is not given)
+KEY_FILE_ENV = "SKETCHWM_KEY_FILE"
+#: set to 1 to accept group/world-readable key files (as ``--insecure-key-permissions``)
+INSECURE_PERMS_ENV = "SKETCHWM_INSECURE_KEY_PERMISSIONS"
+
+
+def _looks_hex(s: str) -> bool:
+    s = s.strip()
+    return len(s) >= 2 * MIN_SECRET_BYTES and all(c in "0123456789abcdefABCDEF" for c in s)
 
 
 @dataclass(frozen=True)
@@ -68,16 +79,30 @@ class WatermarkKey:
         return cls(raw)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike) -> "WatermarkKey":
+    def from_file(cls, path: str | os.PathLike, *, allow_insecure: bool | None = None) -> "WatermarkKey":
         """Read a key file written by :meth:`save` (hex secret on one line).
 
+        Like ssh, a key file that the group or others can read or write is refused: the secret may
+        already be exposed. ``allow_insecure=True`` (or ``SKETCHWM_INSECURE_KEY_PERMISSIONS=1``)
+        accepts it anyway.
+
         Raises:
-            KeyError_: the file is missing, unreadable or malformed (the message names the path,
-                never its content).
+            KeyError_: the file is missing, a directory, group/world-accessible, unreadable or
+                malformed (the message names the path, never its content).
         """
         p = Path(path)
         if not p.exists():
             raise KeyError_(f"key file not found: {p}")
+        if p.is_dir():
+            raise KeyError_(f"key file {p} is a directory: pass the key file written by `sketchwm keygen`")
+        if allow_insecure is None:
+            allow_insecure = os.environ.get(INSECURE_PERMS_ENV, "") not in ("", "0")
+        mode = stat.S_IMODE(p.stat().st_mode)
+        if mode & 0o077 and not allow_insecure and os.name == "posix":
+            raise KeyError_(
+                f"key file {p} has permissions {mode:04o}, readable by others: run `chmod 600 {p}` "
+                "(or pass --insecure-key-permissions)"
+            )
         try:
             text = p.read_text(encoding="ascii")
         except (OSError, UnicodeDecodeError):
@@ -88,42 +113,66 @@ class WatermarkKey:
             raise KeyError_(f"malformed key file {p}: {exc}") from None
 
     @classmethod
-    def load(cls, spec: "str | os.PathLike | WatermarkKey | None") -> "WatermarkKey":
-        """Accept a key object, a key-file path, or a hex string.
+    def load(cls, spec: "str | os.PathLike | WatermarkKey | None", *, allow_hex: bool = True,
+             allow_insecure: bool | None = None) -> "WatermarkKey":
+        """Accept a key object, a key-file path, or a hex string; None reads the environment.
+
+        With ``spec=None`` the key comes from ``$SKETCHWM_KEY`` (hex secret) or
+        ``$SKETCHWM_KEY_FILE`` (a key-file path), in that order.
+
+        Args:
+            allow_hex: False refuses a hex secret in ``spec`` (the CLI: argv is visible in ``ps``
+                and shell history).
+            allow_insecure: passed to :meth:`from_file`.
 
         Raises:
-            KeyError_: if ``spec`` is None (missing key) or cannot be parsed.
+            KeyError_: no key anywhere, a hex secret where not allowed, or a key that cannot be parsed.
         """
         if spec is None:
-            raise KeyError_("a watermark key is required (pass --key KEYFILE or a WatermarkKey)")
+            env_hex, env_file = os.environ.get(KEY_ENV), os.environ.get(KEY_FILE_ENV)
+            if env_hex:
+                try:
+                    return cls.from_hex(env_hex)
+                except KeyError_ as exc:
+                    raise KeyError_(f"${KEY_ENV}: {exc}") from None
+            if env_file:
+                return cls.from_file(env_file, allow_insecure=allow_insecure)
+            raise KeyError_(f"a watermark key is required: pass --key KEYFILE, or set ${KEY_FILE_ENV} or ${KEY_ENV}")
         if isinstance(spec, WatermarkKey):
             return spec
         if isinstance(spec, (bytes, bytearray)):
             return cls(bytes(spec))
         s = str(spec)
         if Path(s).exists():
-            return cls.from_file(s)
-        if all(c in "0123456789abcdefABCDEF" for c in s.strip()) and len(s.strip()) >= 2 * MIN_SECRET_BYTES:
+            return cls.from_file(s, allow_insecure=allow_insecure)
+        if _looks_hex(s):
+            if not allow_hex:
+                raise KeyError_(f"refusing a secret on the command line (visible in ps and shell history): "
+                                f"put it in a key file (mode 0600) or in ${KEY_ENV}")
             return cls.from_hex(s)
         raise KeyError_(f"key file not found: {s}")
 
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> Path:
         """Write the hex secret to ``path`` with mode 0600.
 
+        The file is written atomically (temporary file with mode 0600 in the same directory, then
+        renamed), so an interrupted ``keygen --force`` never destroys the previous key.
+
         Raises:
-            KeyError_: if the file exists and ``overwrite`` is False (never clobber a key).
+            KeyError_: if the file exists and ``overwrite`` is False (never clobber a key), or its
+                directory does not exist or is not writable.
         """
+        from .errors import InputError
+        from .io import atomic_write
+
         p = Path(path)
         if p.exists() and not overwrite:
-            raise KeyError_(f"refusing to overwrite existing key file: {p}")
-        p.parent.mkdir(parents=True, exist_ok=True)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC
-        fd = os.open(p, flags, 0o600)
+            raise KeyError_(f"refusing to overwrite existing key file: {p} (pass --force to replace it)")
         try:
-            os.write(fd, (self.secret.hex() + "\n").encode("ascii"))
-        finally:
-            os.close(fd)
-        os.chmod(p, stat.S_IRUSR | stat.S_IWUSR)
+            with atomic_write(p, perms=stat.S_IRUSR | stat.S_IWUSR, overwrite=overwrite) as fh:
+                fh.write(self.secret.hex() + "\n")
+        except InputError as exc:
+            raise KeyError_(str(exc)) from None
         return p
 
     # ------------------------------------------------------------------ derivation

@@ -41,6 +41,7 @@ def test_key_file_roundtrip_mode_0600(tmp_path, key):
 def test_malformed_keys(tmp_path, content, msg):
     p = tmp_path / "bad.key"
     p.write_text(content)
+    p.chmod(0o600)  # a group/world-readable key file is refused before its content is read
     with pytest.raises(KeyError_, match=msg):
         WatermarkKey.from_file(p)
 

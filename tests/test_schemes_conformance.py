@@ -4,28 +4,25 @@ A scheme is tested the moment it is registered: it is parametrised over
 ``get_registry().names("scheme")``. Sizes are small so the file runs in well under two minutes:
 tiny random BERT (vocabulary 120), 8 texts × 64 tokens, 32 denoising steps, temperature 1.
 
-Properties (seeded; tolerances stated at each assertion):
-  * round trip — watermarked texts get small p-values and exceed the threshold calibrated on
-    unwatermarked texts;
-  * the null — p-values of unwatermarked texts are roughly uniform (Kolmogorov-Smirnov);
-  * reproducibility — the same seed and key give identical output;
-  * errors — ids outside the vocabulary raise ``InputError``, an unknown param ``ConfigError``;
-  * configs — ``Params`` round-trip through JSON.
+The properties (round trip, the null, other key, reproducibility, errors, params through JSON) live
+in :mod:`sketchwm.testing.schemes`, so a third-party plugin's tests run the very same checks; the
+README's example plugin is checked that way below. The engine-path equivalences (row path, packed
+path) are specific to sketchwm's sampler and stay here.
 """
 
 from __future__ import annotations
 
-import json
+import re
+import types
+from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from scipy import stats
 
 from sketchwm.engine import MaskedDiffusionSampler
-from sketchwm.errors import ConfigError, InputError
 from sketchwm.keys import WatermarkKey
 from sketchwm.registry import get_registry
+from sketchwm.testing.schemes import KEY, PROMPTS, SAMPLER, SCHEME_CHECKS, SchemeUnderTest, check_scheme, check_sketch, plugin_registry
 
 SCHEMES = get_registry().names("scheme")
 
@@ -41,121 +38,31 @@ TEST_PARAMS: dict[str, dict] = {
 MEDIAN_P: dict[str, float] = {"kth-exp-edit": 1.5 / 100}  # permutation p-values cannot go below 1/(P+1)
 DEFAULT_MEDIAN_P = 1e-3
 
-SAMPLER = {"gen_length": 64, "block_length": 64, "steps": 32, "temperature": 1.0, "remasking": "random"}
-PROMPTS = ["the water", "a man said", "people like to", "one day", "time", "many new words", "the first", "we can"]
-KEY = WatermarkKey(b"conformance-suite-secret-key-0001")
-OTHER_KEY = WatermarkKey(b"conformance-suite-secret-key-0002")
-
 
 def make(name: str, vocab_size: int, key: WatermarkKey = KEY, **overrides):
     return get_registry().create("scheme", name, {**TEST_PARAMS.get(name, {}), **overrides}, key, vocab_size)
 
 
-def _all_valid(ids: torch.Tensor) -> torch.Tensor:
-    return torch.ones_like(ids, dtype=torch.bool)
-
-
 @pytest.fixture(scope="module")
-def null_ids(tiny) -> torch.Tensor:
-    """32 unwatermarked texts (no key at all), (32, 64) int64."""
-    out = MaskedDiffusionSampler(tiny, SAMPLER).generate(PROMPTS * 4, torch.Generator().manual_seed(123))
-    return out.ids
-
-
-@pytest.fixture(scope="module")
-def null_scores(tiny, null_ids):
-    """name → the scheme's SchemeScores of :func:`null_ids` (computed once per scheme)."""
+def under_test(tiny):
+    """name → :class:`SchemeUnderTest` on the tiny backend (null scores computed once per scheme)."""
     cache: dict = {}
 
-    def get(name: str):
+    def get(name: str) -> SchemeUnderTest:
         if name not in cache:
-            cache[name] = make(name, tiny.vocab_size).score_ids(null_ids, _all_valid(null_ids))
+            cache[name] = SchemeUnderTest(name, TEST_PARAMS.get(name, {}), tiny, get_registry(),
+                                          MEDIAN_P.get(name, DEFAULT_MEDIAN_P))
         return cache[name]
 
     return get
 
 
+@pytest.mark.parametrize("check", list(SCHEME_CHECKS))
 @pytest.mark.parametrize("name", SCHEMES)
-def test_round_trip(name, tiny, null_scores):
-    scheme = make(name, tiny.vocab_size)
-    out = MaskedDiffusionSampler(tiny, SAMPLER, scheme).generate(PROMPTS, torch.Generator().manual_seed(1))
-    assert out.ids.shape == (len(PROMPTS), SAMPLER["gen_length"])
-    s = scheme.score_ids(out.ids, _all_valid(out.ids))
-    B = len(PROMPTS)
-    for field in (s.score, s.z, s.p_value):
-        assert field.shape == (B,) and field.dtype == torch.float64
-    assert s.n_scored.shape == (B,) and s.n_scored.dtype == torch.int64
-    assert bool(((s.p_value >= 0) & (s.p_value <= 1)).all())
-    assert isinstance(s.p_value_method, str) and s.p_value_method
-    bound = MEDIAN_P.get(name, DEFAULT_MEDIAN_P)
-    assert float(s.p_value.median()) < bound, s.p_value
-    # calibrated threshold: the 95% quantile of the scores of 32 unwatermarked texts
-    null = null_scores(name)
-    tau = float(torch.quantile(null.score, 0.95))
-    assert float((s.score > tau).double().mean()) >= 0.75, (s.score, tau)
-    # the analytic threshold, where a scheme has one, is consistent with its p-values
-    try:
-        thr = scheme.analytic_threshold(0.01, SAMPLER["gen_length"])
-    except NotImplementedError:
-        return
-    assert float((null.score >= thr).double().mean()) <= 0.1
-
-
-@pytest.mark.parametrize("name", SCHEMES)
-def test_null_p_values_roughly_uniform(name, null_scores):
-    """Unwatermarked texts: the 32 p-values are valid, i.e. not stochastically smaller than U(0, 1):
-    the one-sided KS test (empirical CDF above the uniform one) does not reject at 0.1%. Conservative
-    p-values (the sketch's background null with its margin β) pass; anti-conservative ones fail."""
-    s = null_scores(name)
-    p = s.p_value.numpy()
-    assert np.all((p >= 0) & (p <= 1))
-    assert stats.kstest(p, "uniform", alternative="greater").pvalue > 1e-3, np.sort(p)
-    assert float(s.p_value.min()) > 1e-4  # no spurious detection among 32 null texts
-
-
-@pytest.mark.parametrize("name", SCHEMES)
-def test_other_key_does_not_detect(name, tiny):
-    """Text watermarked with one key is not detected with another (median p > 0.05)."""
-    cfg = {**SAMPLER, "gen_length": 32, "block_length": 32, "steps": 16}
-    out = MaskedDiffusionSampler(tiny, cfg, make(name, tiny.vocab_size)).generate(PROMPTS, torch.Generator().manual_seed(2))
-    s = make(name, tiny.vocab_size, OTHER_KEY).score_ids(out.ids, _all_valid(out.ids))
-    assert float(s.p_value.median()) > 0.05, s.p_value
-
-
-@pytest.mark.parametrize("name", SCHEMES)
-def test_same_seed_and_key_reproduce(name, tiny):
-    cfg = {**SAMPLER, "gen_length": 16, "block_length": 16, "steps": 8}
-    runs = [
-        MaskedDiffusionSampler(tiny, cfg, make(name, tiny.vocab_size)).generate(PROMPTS[:2], torch.Generator().manual_seed(5)).ids
-        for _ in range(2)
-    ]
-    assert torch.equal(runs[0], runs[1])
-
-
-@pytest.mark.parametrize("name", SCHEMES)
-def test_out_of_vocabulary_ids_raise(name, tiny):
-    scheme = make(name, tiny.vocab_size)
-    ids = torch.randint(5, tiny.vocab_size, (2, 20), generator=torch.Generator().manual_seed(0))
-    for bad in (tiny.vocab_size, -1):
-        broken = ids.clone()
-        broken[1, 3] = bad
-        with pytest.raises(InputError):
-            scheme.score_ids(broken, _all_valid(broken))
-
-
-@pytest.mark.parametrize("name", SCHEMES)
-def test_unknown_param_raises(name, tiny):
-    with pytest.raises(ConfigError):
-        make(name, tiny.vocab_size, no_such_param=1)
-
-
-@pytest.mark.parametrize("name", SCHEMES)
-def test_params_round_trip_json(name, tiny):
-    scheme = make(name, tiny.vocab_size)
-    d = scheme.describe()
-    assert d["name"] == name
-    again = type(scheme).parse_params(json.loads(json.dumps(d["params"])))
-    assert again == scheme.params
+def test_conformance(name, check, under_test):
+    """The properties of :mod:`sketchwm.testing.schemes` (round trip, null, other key, reproducibility,
+    errors, params through JSON) for every registered scheme."""
+    SCHEME_CHECKS[check](under_test(name))
 
 
 ROW_SCHEMES = [n for n in SCHEMES if not get_registry().get("scheme", n).needs_all_marginals]
@@ -238,3 +145,38 @@ def test_packed_path_builds_no_full_logits(tiny, monkeypatch):
     monkeypatch.setattr(tiny, "logits_at", counting_at)
     MaskedDiffusionSampler(tiny, SAMPLER, make("global-sketch", tiny.vocab_size)).generate(PROMPTS[:2])
     assert calls["logits"] == 0 and calls["logits_at"] > 0
+
+
+def _readme_example_plugin() -> types.ModuleType:
+    """The example plugin module of the README's "Registering a plugin", executed as written."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(# my_pkg/my_sketch.py\n.*?)```", readme, re.S)
+    assert code, "the README no longer shows my_pkg/my_sketch.py"
+    mod = types.ModuleType("my_pkg_my_sketch")
+    exec(compile(code.group(1), "README.md:my_pkg/my_sketch.py", "exec"), mod.__dict__)  # noqa: S102
+    return mod
+
+
+def test_readme_example_plugin_passes_the_conformance_suite(tiny):
+    """The README's third-party sketch, registered as a plugin (not installed), passes
+    :func:`check_sketch`, and the global-sketch scheme built on it passes :func:`check_scheme`."""
+    mod = _readme_example_plugin()
+    check_sketch(mod.DenseGaussianSketch, {"D": 256})
+    reg = plugin_registry(mod)
+    assert "dense-gaussian" in reg.names("sketch")
+    check_scheme("global-sketch", {"prior": {"source": "uniform"}, "sketch": {"name": "dense-gaussian", "params": {"D": 256}}},
+                 backend=tiny, registry=reg)
+
+
+def test_check_sketch_catches_a_broken_sketch():
+    """The suite can fail: a sketch whose token_scores is not the adjoint of project is rejected."""
+    mod = _readme_example_plugin()
+
+    class Broken(mod.DenseGaussianSketch):
+        name = "broken"
+
+        def token_scores(self, r):
+            return super().token_scores(r) + 1.0
+
+    with pytest.raises(AssertionError, match="Phi"):
+        check_sketch(Broken, {"D": 32})

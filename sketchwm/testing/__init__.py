@@ -74,3 +74,9 @@ def tiny_texts(n: int, words: int, seed: int, punct: bool = True) -> list[str]:
             ws = [w + "." if (i % 8 == 7) else w for i, w in enumerate(ws)]
         out.append(" ".join(ws))
     return out
+
+
+# the scheme/sketch conformance suite, for sketchwm's tests and third-party plugins' (see .schemes)
+from .schemes import check_scheme, check_sketch, plugin_registry  # noqa: E402
+
+__all__ += ["check_scheme", "check_sketch", "plugin_registry"]
