@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import torch
 from pydantic import Field
@@ -37,6 +37,33 @@ def special_token_ids(tokenizer: Any, vocab_size: int) -> list[int]:
     return sorted(i for i in ids if 0 <= i < vocab_size)
 
 
+def padded_row_ids(tokenizer: Any, vocab_size: int) -> list[int]:
+    """Ids in [len(tokenizer), vocab_size): embedding rows a checkpoint pads its vocabulary with
+    (LLaDA 126464 vs its tokenizer's ~126349, Dream 152064 vs 151667). They decode to nothing and
+    were never trained as targets, so they are banned."""
+    return list(range(min(len(tokenizer), vocab_size), vocab_size))
+
+
+def checkpoint_name(path: str, model: Any) -> str:
+    """A readable checkpoint name for ``model_id``: the directory's last component, else the model's
+    ``config._name_or_path`` (set by ``from_pretrained``), else its class name (never ``"."``)."""
+    for cand in (path, getattr(getattr(model, "config", None), "_name_or_path", "") or ""):
+        base = os.path.basename(os.path.normpath(cand)) if cand else ""
+        if base and base not in (".", ".."):
+            return base
+    return type(model).__name__
+
+
+def apply_chat_template(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
+    """Each text as one user turn through ``tokenizer.apply_chat_template`` (with the generation
+    prompt), tokenised without adding special tokens again (the template writes its own BOS)."""
+    out = []
+    for t in texts:
+        s = tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False)
+        out.append(list(tokenizer.encode(s, add_special_tokens=False)))
+    return out
+
+
 def quiet_transformers() -> None:
     """Silence transformers' progress bars and info logs (the CLI prints one line per error)."""
     from transformers.utils import logging as hf_logging
@@ -53,12 +80,16 @@ class HFBackendParams(StrictModel):
         device: "auto", "cpu", "cuda", "cuda:1", ...
         dtype: weight dtype.
         max_length: override of the model's maximum sequence length.
+        chat_template: "auto" wraps string prompts in the tokenizer's chat template when it has one
+            (instruct checkpoints), "on" requires one, "off" never applies it (base checkpoints whose
+            tokenizer ships a template anyway, or prompts already formatted).
     """
 
     path: str = ""
     device: str = "auto"
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     max_length: int | None = Field(None, ge=8)
+    chat_template: Literal["auto", "on", "off"] = "auto"
 
 
 class HFMaskedLMBackend(DLMBackend):
@@ -106,10 +137,28 @@ class HFMaskedLMBackend(DLMBackend):
         self.mask_token_id = int(tok.mask_token_id)
         self.vocab_size = int(cfg.vocab_size)
         self.eos_token_id = None  # masked LMs have no end-of-text token: fixed-length generation
-        self.banned_token_ids = special_token_ids(tok, self.vocab_size)
+        self.banned_token_ids = sorted(set(special_token_ids(tok, self.vocab_size)) | set(padded_row_ids(tok, self.vocab_size)))
         self.max_length = int(self.params.max_length or getattr(cfg, "max_position_embeddings", 512))
-        self.model_id = f"{self.name}:{os.path.basename(os.path.normpath(self.params.path)) or type(self.model).__name__}"
+        self.model_id = f"{self.name}:{checkpoint_name(self.params.path, self.model)}"
         self.sampler_defaults = {}
+
+    @property
+    def uses_chat_template(self) -> bool:
+        """True if string prompts go through the tokenizer's chat template (``params.chat_template``).
+
+        Raises:
+            ConfigError: ``chat_template="on"`` and the tokenizer has no template.
+        """
+        has = bool(getattr(self.tokenizer, "chat_template", None))
+        mode = getattr(self.params, "chat_template", "auto")
+        if mode == "on" and not has:
+            raise ConfigError(f"{self.name}: chat_template='on' but the tokenizer has no chat template")
+        return has and mode != "off"
+
+    def encode_prompts(self, texts: Sequence[str]) -> list[list[int]]:
+        """Prompt strings → id lists: through the chat template for instruct checkpoints (see
+        :attr:`uses_chat_template`), else as :meth:`encode`."""
+        return apply_chat_template(self.tokenizer, texts) if self.uses_chat_template else self.encode(texts)
 
     def _encoder_and_head(self) -> tuple[Any, Any] | None:
         """(encoder, LM head) of BERT- and RoBERTa-style masked LMs, or None if unknown."""
