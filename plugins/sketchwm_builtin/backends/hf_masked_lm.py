@@ -18,6 +18,8 @@ from sketchwm.components import DLMBackend
 from sketchwm.config import StrictModel
 from sketchwm.errors import ConfigError, ModelFileError
 
+#: model types that compute position ids from the pad token themselves
+_SELF_POSITIONED = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer", "data2vec-text", "roberta-prelayernorm"}
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -160,6 +162,29 @@ class HFMaskedLMBackend(DLMBackend):
         :attr:`uses_chat_template`), else as :meth:`encode`."""
         return apply_chat_template(self.tokenizer, texts) if self.uses_chat_template else self.encode(texts)
 
+    def _position_kwargs(self, attention_mask: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """``position_ids`` for a left-padded batch: (B, L) int64 counting real tokens from 0 (padding 0).
+
+        Models with absolute position embeddings (BERT) would otherwise give a prompt different
+        positions in a batch than alone. Models that derive positions from the pad token themselves
+        (RoBERTa family) or take none get nothing.
+        """
+        if attention_mask is None or bool(attention_mask.all()):
+            return {}
+        if getattr(self.model.config, "model_type", "") in _SELF_POSITIONED or not self._takes_position_ids:
+            return {}
+        am = attention_mask.to(self.device).long()
+        return {"position_ids": (am.cumsum(-1) - 1).clamp_min(0)}
+
+    @property
+    def _takes_position_ids(self) -> bool:
+        import inspect
+
+        try:
+            return "position_ids" in inspect.signature(self.model.forward).parameters
+        except (TypeError, ValueError):
+            return False
+
     def _encoder_and_head(self) -> tuple[Any, Any] | None:
         """(encoder, LM head) of BERT- and RoBERTa-style masked LMs, or None if unknown."""
         m = self.model
@@ -179,7 +204,8 @@ class HFMaskedLMBackend(DLMBackend):
             raise ConfigError(f"sequence of {input_ids.shape[1]} tokens exceeds the model's maximum of {self.max_length}")
         enc, head = split
         am = None if attention_mask is None else attention_mask.to(self.device).long()
-        hidden = enc(input_ids=input_ids.to(self.device), attention_mask=am).last_hidden_state  # (B, L, H)
+        hidden = enc(input_ids=input_ids.to(self.device), attention_mask=am,
+                     **self._position_kwargs(attention_mask)).last_hidden_state  # (B, L, H)
         idx = index.to(self.device)
         picked = torch.gather(hidden, 1, idx[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, K, H)
         return head(picked).float()
@@ -199,10 +225,11 @@ class HFMaskedLMBackend(DLMBackend):
         ids = input_ids.to(self.device)
         am = None if attention_mask is None else attention_mask.to(self.device).long()
         split = self._encoder_and_head() if positions is not None else None
+        pkw = self._position_kwargs(attention_mask)
         if split is None:
-            return self.model(input_ids=ids, attention_mask=am).logits.float()
+            return self.model(input_ids=ids, attention_mask=am, **pkw).logits.float()
         enc, head = split
-        hidden = enc(input_ids=ids, attention_mask=am).last_hidden_state  # (B, L, H)
+        hidden = enc(input_ids=ids, attention_mask=am, **pkw).last_hidden_state  # (B, L, H)
         pos = positions.to(self.device)
         out = torch.zeros(ids.shape[0], ids.shape[1], self.vocab_size, dtype=torch.float32, device=self.device)
         out[pos] = head(hidden[pos]).float()  # (M, V) only where needed
