@@ -19,7 +19,7 @@ from sketchwm.testing.standins import save_standin, standin_backend
 class TestDefaultConformance(BackendConformance):
     """``default``: the shipped model's BERT architecture and WordPiece vocabulary, loaded from a directory."""
 
-    def make_backend(self, directory, *, position_probe=False, stop_after=None, instruct=True):
+    def make_backend(self, directory, *, position_probe=False, stop_after=None, stop_slope=1.5, instruct=True):
         from transformers import AutoTokenizer
 
         from sketchwm.default_model import MODEL_DIR
@@ -38,7 +38,7 @@ class TestDefaultConformance(BackendConformance):
 class TestHFMaskedLMConformance(TestDefaultConformance):
     """``hf-masked-lm``: a BERT checkpoint directory over the tiny word vocabulary."""
 
-    def make_backend(self, directory, *, position_probe=False, stop_after=None, instruct=True):
+    def make_backend(self, directory, *, position_probe=False, stop_after=None, stop_slope=1.5, instruct=True):
         from sketchwm_builtin.backends import HFMaskedLMBackend
 
         tok = tiny_tokenizer()
@@ -50,8 +50,9 @@ class _StandinConformance(BackendConformance):
     kind = ""
     instruct_has_template = True
 
-    def make_backend(self, directory, *, position_probe=False, stop_after=None, instruct=True):
-        return standin_backend(self.kind, directory, position_probe=position_probe, stop_after=stop_after, instruct=instruct)
+    def make_backend(self, directory, *, position_probe=False, stop_after=None, stop_slope=1.5, instruct=True):
+        return standin_backend(self.kind, directory, position_probe=position_probe, stop_after=stop_after,
+                               stop_slope=stop_slope, instruct=instruct)
 
 
 class TestLLaDAConformance(_StandinConformance):
@@ -82,7 +83,7 @@ class ToyLLaDALikeBackend(DLMBackend):
         from transformers import AutoModel, AutoTokenizer
 
         self.params = self.parse_params(params)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.params.path)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.params.path, trust_remote_code=True)
         self.model = AutoModel.from_pretrained(self.params.path, trust_remote_code=True).eval()
         self.device = torch.device("cpu")
         self.vocab_size = int(self.model.config.vocab_size)
@@ -117,8 +118,9 @@ def _third_party_registry():
 class TestThirdPartyConformance(BackendConformance):
     """A backend registered through a (fake) entry point and created by name from the registry."""
 
-    def make_backend(self, directory, *, position_probe=False, stop_after=None, instruct=True):
-        save_standin("llada", directory, position_probe=position_probe, stop_after=stop_after, instruct=False)
+    def make_backend(self, directory, *, position_probe=False, stop_after=None, stop_slope=1.5, instruct=True):
+        save_standin("llada", directory, position_probe=position_probe, stop_after=stop_after, stop_slope=stop_slope,
+                     instruct=False)
         reg = _third_party_registry()
         assert "toy-llada-like" in reg.names("backend")
         return reg.create("backend", "toy-llada-like", {"path": str(directory)})

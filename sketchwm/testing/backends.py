@@ -13,7 +13,7 @@ A stand-in is the backend's model in miniature with the real interface (see
 :mod:`sketchwm.testing.standins`). ``position_probe=True`` must give logits whose argmax at the row
 that predicts sequence index j (j = 0 at the first token, no padding) is
 ``self.probe_ids(backend)[j % n]``; ``stop_after=k`` must make EOS more likely by a fixed step per
-position after sequence index k (only for backends with an EOS).
+position after sequence index k (``stop_slope`` per position; only for backends with an EOS).
 
 The checks (class attributes tune sizes):
 
@@ -24,7 +24,9 @@ The checks (class attributes tune sizes):
   prompt alone (greedy, low-confidence remasking; with and without the watermark);
 * (c) ``test_eos_length_and_detection``: the length distribution of a model that stops after about
   k tokens is kept under the watermark (mean length within 5% of the unwatermarked one over >= 200
-  samples) and the cut texts are detected (mean z >= ``eos_min_z``);
+  samples, for two keys) and the cut texts are detected (mean z >= ``eos_min_z``); marked
+  ``xfail(strict=False)`` until the expected sketch weights positions by their probability of being
+  inside the text (issue 13 defect 1);
 * (d) ``test_determinism_by_seed``: same seed, same texts; another seed, other texts;
 * (e) ``test_chat_template``: string prompts go through the tokenizer's chat template exactly when
   the checkpoint is an instruct one (``chat_template="auto"``) and never with ``"off"``.
@@ -102,7 +104,9 @@ class BackendConformance:
     #: (c): samples per arm, generation length, the stand-in's ``stop_after``, minimum mean z
     eos_samples: int = 200
     eos_gen_length: int = 64
-    eos_stop_after: int = 36
+    eos_stop_after: int = 16
+    #: EOS logit slope per position: gentle, so that stopping is spread out and a tilt on EOS shows
+    eos_stop_slope: float = 0.1
     eos_min_z: float = 2.0
     #: scheme used for the watermarked checks
     scheme_params: dict[str, Any] = {"prior": {"source": "uniform"}}
@@ -119,7 +123,7 @@ class BackendConformance:
 
     # ---------------------------------------------------------------- to implement
     def make_backend(self, directory: Path, *, position_probe: bool = False, stop_after: int | None = None,
-                     instruct: bool = True) -> DLMBackend:
+                     stop_slope: float = 1.5, instruct: bool = True) -> DLMBackend:
         """Write a stand-in checkpoint into ``directory`` and load it through the backend (module doc)."""
         raise NotImplementedError
 
@@ -201,25 +205,30 @@ class BackendConformance:
             assert torch.equal(batch.ids[i], alone.ids[0]), f"prompt {i} ({p!r}) differs in a left-padded batch"
 
     # ---------------------------------------------------------------- (c) EOS
-    def test_eos_length_and_detection(self, tmp_path_factory):
+    @pytest.mark.xfail(strict=False, reason="needs EOS-weighted expected sketch (issue 13 defect 1)")
+    @pytest.mark.parametrize("key", [bytes(range(32)), b"c" * 32], ids=["key0", "key1"])
+    def test_eos_length_and_detection(self, tmp_path_factory, key):
         probe = self.backend(tmp_path_factory)
         if probe.eos_token_id is None:
             pytest.skip(f"backend '{probe.name}' has no EOS: fixed-length generation")
         P = len(probe.encode_prompts(["the water"])[0])
-        be = self.backend(tmp_path_factory, stop_after=P + self.eos_stop_after)
-        wm = self.watermarker(be)
+        be = self.backend(tmp_path_factory, stop_after=P + self.eos_stop_after, stop_slope=self.eos_stop_slope)
+        wm = self.watermarker(be, key)
         cfg = dict(gen_length=self.eos_gen_length, block_length=self.eos_gen_length, steps=self.eos_gen_length // 2,
                    temperature=1.0, top_p=1.0, remasking="random")
         prompts = ["the water"] * self.eos_samples
-        base = wm.generate(prompts, seed=1, watermark=False, batch_size=100, **cfg)
+        ck = ("eos-base", type(self).__qualname__)
+        if ck not in BackendConformance._cache:  # the unwatermarked arm does not depend on the key
+            BackendConformance._cache[ck] = wm.generate(prompts, seed=1, watermark=False, batch_size=100, **cfg)
+        base = BackendConformance._cache[ck]
         marked = wm.generate(prompts, seed=1, batch_size=100, **cfg)
         m_base, m_wm = base.lengths.float().mean().item(), marked.lengths.float().mean().item()
         assert 0 < m_base < self.eos_gen_length, f"stand-in does not stop: mean length {m_base}"
-        assert abs(m_wm / m_base - 1) <= 0.05, f"mean length {m_wm:.2f} watermarked vs {m_base:.2f} unwatermarked"
         ids = [t for t in marked.token_lists() if len(t) >= wm.scheme.min_tokens]
         assert len(ids) >= self.eos_samples // 2, f"only {len(ids)} cut texts reach {wm.scheme.min_tokens} tokens"
         z = wm.detect_ids(ids).z.float()
         assert float(z.mean()) >= self.eos_min_z, f"mean z of the cut texts {float(z.mean()):.2f} < {self.eos_min_z}"
+        assert abs(m_wm / m_base - 1) <= 0.05, f"mean length {m_wm:.2f} watermarked vs {m_base:.2f} unwatermarked"
 
     # ---------------------------------------------------------------- (d) determinism
     def test_determinism_by_seed(self, tmp_path_factory):

@@ -49,7 +49,7 @@ class MDLMBackend(HFMaskedLMBackend):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         quiet_transformers()
         try:
-            tok = AutoTokenizer.from_pretrained(tok_path)
+            tok = AutoTokenizer.from_pretrained(tok_path, trust_remote_code=True)
             model = AutoModelForMaskedLM.from_pretrained(path, trust_remote_code=True)
         except Exception as exc:  # noqa: BLE001
             raise ModelFileError(f"{self.name}: cannot load checkpoint from {path}: {exc}") from exc
