@@ -172,9 +172,10 @@ class BackendConformance:
         assert full.shape == (1, L, be.vocab_size)
         assert torch.equal(full[0, rows].argmax(-1), want[rows]), "full logits misaligned"
         idx = torch.tensor([[L - 1, P, P + 3, 1, P - 1]])
-        at = be.logits_at(x, attn, idx).cpu()  # packed and row paths
-        assert torch.equal(at[0].argmax(-1), want[idx[0]]), "logits_at (packed/row paths) misaligned"
-        assert torch.allclose(at[0], full[0, idx[0]], atol=1e-4), "logits_at differs from logits"
+        for mask in (None, attn):  # the engine passes a mask; user code may not
+            at = be.logits_at(x, mask, idx).cpu()  # packed and row paths
+            assert torch.equal(at[0].argmax(-1), want[idx[0]]), "logits_at (packed/row paths) misaligned"
+            assert torch.allclose(at[0], full[0, idx[0]], atol=1e-4), "logits_at differs from logits"
         pos = torch.zeros_like(attn)
         pos[0, P:] = True
         part = be.logits(x, attn, pos).cpu()
