@@ -204,3 +204,20 @@ def test_dream_hook_in_a_dream_style_loop_gives_the_engine_texts(standins):
     assert not torch.equal(user, _dream_style_loop(be, None, ids, G, steps)), "the tilt changed nothing"
     assert torch.equal(user, engine.ids[0])
     assert hook.tilter._step == steps
+
+
+# ------------------------------------------------------------------ the smoke script cannot rot
+def test_real_dlm_smoke_runs_on_a_standin(capsys, one_thread):
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "real_dlm_smoke.py"
+    spec = importlib.util.spec_from_file_location("real_dlm_smoke", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(["--backend", "dream", "--standin", "--n", "12", "--n-cal", "40", "--alpha", "0.05",
+                     "--gen-length", "32", "--batch-size", "20"]) == 0
+    last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(last) >= {"tpr", "fpr", "mean_length_wm", "mean_length_base", "oracle_ppl_ratio"}
+    assert 0 <= last["fpr"] <= 1 and 0 <= last["tpr"] <= 1 and last["oracle_ppl_ratio"] is None
