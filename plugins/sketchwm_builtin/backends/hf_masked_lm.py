@@ -178,12 +178,17 @@ class HFMaskedLMBackend(DLMBackend):
 
     @property
     def _takes_position_ids(self) -> bool:
-        import inspect
+        """Whether the model's forward accepts ``position_ids`` (inspected once)."""
+        cached = self.__dict__.get("_takes_pos")
+        if cached is None:
+            import inspect
 
-        try:
-            return "position_ids" in inspect.signature(self.model.forward).parameters
-        except (TypeError, ValueError):
-            return False
+            try:
+                cached = "position_ids" in inspect.signature(self.model.forward).parameters
+            except (TypeError, ValueError):
+                cached = False
+            self.__dict__["_takes_pos"] = cached
+        return cached
 
     def _encoder_and_head(self) -> tuple[Any, Any] | None:
         """(encoder, LM head) of BERT- and RoBERTa-style masked LMs, or None if unknown."""
