@@ -21,7 +21,7 @@ from .components import DLMBackend, WatermarkScheme
 from .config import ComponentSpec, StrictModel, validate_params
 from .detection import Calibration, DetectionResult, Detector, calibrate as _calibrate
 from .engine import GenerationOutput, MaskedDiffusionSampler
-from .errors import InputError
+from .errors import ConfigError, InputError
 from .keys import WatermarkKey
 
 __all__ = ["WatermarkConfig", "Watermarker", "keygen", "generate", "detect", "calibrate", "concat_outputs", "estimate_token_prior"]
@@ -58,24 +58,84 @@ class Watermarker:
     Args:
         key: a :class:`WatermarkKey`, key-file path or hex string (required).
         config: :class:`WatermarkConfig` or dict (validated).
-        backend: an already-built backend (overrides ``config.backend``).
+        backend: an already-built :class:`DLMBackend` (overrides ``config.backend``). To bring a loaded
+            ``transformers`` model and tokenizer instead, use :meth:`from_model`.
         registry: a :class:`sketchwm.registry.Registry` (default: installed plugins).
 
     Raises:
-        KeyError_: missing or malformed key. ConfigError: bad configuration. RegistryError: unknown names.
+        KeyError_: missing or malformed key. ConfigError: bad configuration, or ``backend`` is not a
+        DLMBackend. RegistryError: unknown names.
     """
 
     def __init__(self, key: Any, config: "WatermarkConfig | dict | None" = None, *, backend: DLMBackend | None = None, registry: Any = None):
         from .registry import get_registry
 
+        if backend is not None and not isinstance(backend, DLMBackend):
+            raise ConfigError(
+                f"backend= takes a sketchwm DLMBackend, got {type(backend).__module__}.{type(backend).__name__}; "
+                "for a loaded transformers model use Watermarker.from_model(key, model, tokenizer, kind=...)"
+            )
         self.key = WatermarkKey.load(key)
         self.config = validate_params(WatermarkConfig, config, "watermark config")
         self.registry = registry or get_registry()
         # fail fast on unknown names and bad params, before any model is loaded
         self.registry.get("scheme", self.config.scheme.name).parse_params(self.config.scheme.params)
-        self.registry.get("backend", self.config.backend.name).parse_params(self.config.backend.params)
+        if backend is None:
+            self.registry.get("backend", self.config.backend.name).parse_params(self.config.backend.params)
+        elif backend.name in self.registry.names("backend"):  # record what actually generates
+            self.config = self.config.model_copy(update={"backend": ComponentSpec(name=backend.name)})
         self._backend = backend
         self._scheme: WatermarkScheme | None = None
+
+    #: ``kind`` aliases of :meth:`from_model` → registered backend names
+    MODEL_KINDS = {"masked-lm": "hf-masked-lm", "hf-masked-lm": "hf-masked-lm", "llada": "llada", "dream": "dream",
+                   "mdlm": "mdlm", "default": "default"}
+
+    @classmethod
+    def from_model(
+        cls,
+        key: Any,
+        model: Any,
+        tokenizer: Any,
+        kind: str = "masked-lm",
+        config: "WatermarkConfig | dict | None" = None,
+        *,
+        registry: Any = None,
+        **backend_params: Any,
+    ) -> "Watermarker":
+        """A Watermarker over a model and tokenizer the caller already loaded (no path, nothing re-read).
+
+        Same behaviour as the named backend loading the same checkpoint: ``kind`` picks the backend
+        class, which wraps the objects (ids, banned tokens, shift, attention format, chat template).
+
+        Args:
+            key: as for :class:`Watermarker`.
+            model: a ``transformers`` model: ``AutoModelForMaskedLM`` (BERT, RoBERTa, ModernBERT; kind
+                "masked-lm"), or a LLaDA / Dream / MDLM model loaded with ``trust_remote_code=True``.
+            tokenizer: its tokenizer.
+            kind: "masked-lm" (alias "hf-masked-lm"), "llada", "dream", "mdlm", or any registered backend
+                name whose constructor accepts ``model=`` and ``tokenizer=``.
+            config: scheme and sampler settings (its ``backend`` entry is replaced by ``kind``).
+            registry: as for :class:`Watermarker`.
+            **backend_params: the backend's params (``device``, ``chat_template``, ids, ...).
+
+        Returns:
+            a :class:`Watermarker` whose ``backend.model_id`` names the model (``config._name_or_path``).
+
+        Raises:
+            ConfigError: ``model`` or ``tokenizer`` is missing, or bad params. RegistryError: unknown kind.
+        """
+        from .registry import get_registry
+
+        if model is None or tokenizer is None or not callable(model):
+            raise ConfigError("from_model needs a loaded model (callable) and its tokenizer")
+        registry = registry or get_registry()
+        name = cls.MODEL_KINDS.get(kind, kind)
+        backend_cls = registry.get("backend", name)
+        backend = backend_cls(backend_params, model=model, tokenizer=tokenizer)
+        cfg = validate_params(WatermarkConfig, config, "watermark config")
+        cfg = cfg.model_copy(update={"backend": ComponentSpec(name=name, params=backend_params)})
+        return cls(key, cfg, backend=backend, registry=registry)
 
     def __repr__(self) -> str:
         return f"Watermarker(key={self.key.fingerprint}, scheme={self.config.scheme.name}, backend={self.config.backend.name})"

@@ -313,10 +313,20 @@ class DLMBackend(Component):
         full = self.logits(input_ids, attention_mask)  # (B, L, V)
         return torch.gather(full, 1, index[..., None].expand(-1, -1, full.shape[-1]))
 
+    def postprocess_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """The backend's fixed edits of the model's aligned logits (B, L, V) float32 → same, applied
+        by :meth:`logits` and by the user-loop adapters of :mod:`sketchwm.userloop` (e.g. LLaDA merges
+        its end-of-turn logit into EOS). Default: unchanged."""
+        return logits
+
     # ---------------------------------------------------------------- text helpers
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Tokenise texts without special tokens → list of id lists."""
         return [list(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+
+    def encode_prompts(self, texts: Sequence[str]) -> list[list[int]]:
+        """Tokenise prompt strings for generation (instruct backends apply the chat template). Default: :meth:`encode`."""
+        return self.encode(texts)
 
     def decode(self, ids: Sequence[int]) -> str:
         """Detokenise ids, skipping special tokens."""

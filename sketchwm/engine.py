@@ -41,8 +41,9 @@ class SamplerConfig(StrictModel):
         gen_length: tokens to generate (G).
         block_length: semi-autoregressive block size; ``gen_length`` must be a multiple of it.
         steps: total denoising steps; must be a multiple of the number of blocks and <= gen_length.
-        temperature: Gumbel-max temperature T (0 = greedy argmax).
-        top_p: nucleus filter applied after the scheme's tilt (1.0 = off).
+        temperature: Gumbel-max temperature T (0 = greedy argmax), applied to the tilted logits: the
+            sampled distribution is ∝ (p·e^{η g})^{1/T}, i.e. the tempered model tilted by η/T.
+        top_p: nucleus filter on the tempered, tilted marginals (1.0 = off), as Dream applies it.
         remasking: which masked positions to commit first.
         stop_at_eos: cut each text at the first EOS token.
     """
@@ -168,7 +169,7 @@ class MaskedDiffusionSampler:
             raise InputError("no prompts given")
         if isinstance(prompts[0], str):
             texts = [str(p) for p in prompts]
-            lists = self.backend.encode(texts)
+            lists = self.backend.encode_prompts(texts)
         else:
             lists = [list(map(int, p)) for p in prompts]
             texts = [self.backend.decode(p) for p in lists]
@@ -404,24 +405,26 @@ class MaskedDiffusionSampler:
             x0 (B, G) int64 and confidence (B, G) float32 (per ``remasking``).
         """
         cfg = self.config
+        # temperature first, then the nucleus on the tempered marginals (Dream's sample_tokens order);
+        # the tilt is already in ``logits``, so relative to the tempered model its strength is η/T
+        scaled = logits / cfg.temperature if cfg.temperature > 0.0 else logits
         if cfg.top_p < 1.0:
-            logits = _top_p_filter(logits, cfg.top_p)
+            scaled = _top_p_filter(scaled, cfg.top_p)
         if cfg.temperature == 0.0:
-            x0 = logits.argmax(-1)
+            x0 = scaled.argmax(-1)
         else:
             if uniforms is None:
                 uniforms = torch.rand(logits.shape, generator=generator, device=logits.device).clamp_(1e-12, 1 - 1e-7)
             gumbel = -torch.log(-torch.log(uniforms))  # (B, G, V)
-            x0 = (logits / cfg.temperature + gumbel).argmax(-1)  # (B, G)
+            x0 = (scaled + gumbel).argmax(-1)  # (B, G)
         if not need_conf:
             return x0, None
         if cfg.remasking == "random":
             conf = torch.rand(x0.shape, generator=generator, device=logits.device)
-        else:
-            logp = torch.log_softmax(logits, dim=-1)  # (B, G, V)
-            if cfg.remasking == "low_confidence":
-                conf = logp.gather(-1, x0[..., None]).squeeze(-1).exp()
-            else:  # entropy: commit low-entropy positions first
-                p = logp.exp()
-                conf = (p * logp.nan_to_num(neginf=0.0)).sum(-1)  # = -entropy
+        elif cfg.remasking == "low_confidence":  # LLaDA: probability of x0 under the untempered marginal
+            kept = logits if cfg.top_p >= 1.0 else logits.masked_fill(torch.isinf(scaled), float("-inf"))
+            conf = torch.log_softmax(kept, dim=-1).gather(-1, x0[..., None]).squeeze(-1).exp()
+        else:  # entropy (Dream): commit low-entropy positions first, entropy of the tempered, filtered marginal
+            logp = torch.log_softmax(scaled, dim=-1)  # (B, G, V)
+            conf = (logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1)  # = -entropy
         return x0, conf.float()

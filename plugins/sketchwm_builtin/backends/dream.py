@@ -1,20 +1,31 @@
 """``dream``: Dream checkpoints (Ye et al. 2025, "Dream 7B: Diffusion Large Language Models").
 
 Expected checkpoints (local directories): ``Dream-org/Dream-v0-Base-7B``, ``Dream-org/Dream-v0-Instruct-7B``,
-loaded with ``AutoModel.from_pretrained(path, trust_remote_code=True, dtype=bfloat16)``. Dream is
-adapted from an autoregressive model: its logit at position i predicts token i+1, so the backend
-shifts by one position (``logits = cat([logits[:, :1], logits[:, :-1]])``) to align position i with
-token i. Mask id and EOS come from the tokenizer (``<|mask|>`` = 151666, ``<|endoftext|>``).
-Sampler defaults follow Dream's ``diffusion_generate``: one block, entropy remasking, T = 0.2.
+loaded with ``AutoModel.from_pretrained(path, trust_remote_code=True, dtype=bfloat16)``.
+
+What follows Dream's own ``diffusion_generate`` (``generation_utils.py``):
+
+* logit alignment: Dream is adapted from an autoregressive model, its logit at position i predicts
+  token i + 1; every path (full :meth:`DreamBackend.logits`, :meth:`DreamBackend.logits_at` used by
+  the packed and row paths) reads the marginal of token i from row i − 1 (row 0 from itself, as
+  Dream does);
+* left padding: when a batch has padding, the model gets a 4-D (B, 1, L, L) bool attention mask
+  (real token × real token) and position ids counting real tokens from 0 (padding gets 1), as
+  Dream builds them; without padding, ``"full"`` attention and default positions;
+* ids from the tokenizer: mask ``<|mask|>`` (151666), EOS ``<|endoftext|>`` (151643); the
+  instruct chat turn ends with ``<|im_end|>``, which is not banned: its probability is merged into
+  EOS so the text ends where the model ends its turn; padded embedding rows (vocabulary 152064 vs
+  151667 tokenizer ids) are banned;
+* sampler defaults of Dream's published example: one block, entropy remasking, T = 0.2, top-p 0.95.
 """
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-from .hf_masked_lm import HFBackendParams, special_token_ids
+from sketchwm.errors import ConfigError
+
+from .hf_masked_lm import HFBackendParams
 from .llada import LLaDABackend
 
 
@@ -24,30 +35,72 @@ class DreamParams(HFBackendParams):
     dtype: str = "bfloat16"  # type: ignore[assignment]
 
 
+def dream_attention(attention_mask: torch.Tensor | None) -> tuple[object, torch.Tensor | None]:
+    """Dream's attention inputs for a left-padded batch.
+
+    Args:
+        attention_mask: (B, L) bool/int, 1 on real tokens, or None.
+
+    Returns:
+        ``("full", None)`` when nothing is padding; else a (B, 1, L, L) bool mask (query and key
+        both real) and position ids (B, L) int64 = index among the real tokens (padding: 1).
+    """
+    if attention_mask is None or bool(attention_mask.all()):
+        return "full", None
+    am = attention_mask.bool()
+    pos = am.long().cumsum(-1) - 1
+    pos = pos.masked_fill(~am, 1)
+    return am[:, None, :, None] & am[:, None, None, :], pos
+
+
 class DreamBackend(LLaDABackend):
-    """Dream masked diffusion LM with its one-position logit shift."""
+    """Dream masked diffusion LM with its one-position logit shift (module doc)."""
 
     name = "dream"
     Params = DreamParams
+    turn_end_tokens = ("<|im_end|>",)
+
+    def _ids(self) -> tuple[int, int | None, list[int]]:
+        tok, cfg = self.tokenizer, self.model.config
+        mask = getattr(tok, "mask_token_id", None)
+        mask = mask if mask is not None else getattr(cfg, "mask_token_id", None)
+        if mask is None:
+            raise ConfigError(f"{self.name}: neither the tokenizer nor the config names a mask token")
+        eos = tok.eos_token_id if tok.eos_token_id is not None else getattr(cfg, "eos_token_id", None)
+        ends = [i for t in self.turn_end_tokens if (i := tok.get_vocab().get(t)) is not None]
+        return int(mask), (None if eos is None else int(eos)), [int(i) for i in ends]
 
     def _setup(self) -> None:
-        tok, p = self.tokenizer, self.params
-        self.mask_token_id = int(tok.mask_token_id)
-        self.vocab_size = int(getattr(self.model.config, "vocab_size", len(tok)))
-        self.eos_token_id = None if tok.eos_token_id is None else int(tok.eos_token_id)
-        banned = set(special_token_ids(tok, self.vocab_size)) - ({self.eos_token_id} if self.eos_token_id is not None else set())
-        self.banned_token_ids = sorted(banned | {self.mask_token_id})
-        self.max_length = int(p.max_length or getattr(self.model.config, "max_position_embeddings", 2048))
-        self.model_id = f"{self.name}:{os.path.basename(os.path.normpath(p.path)) or type(self.model).__name__}"
-        self.sampler_defaults = {"remasking": "entropy", "temperature": 0.2}
+        super()._setup()
+        self.max_length = int(self.params.max_length or getattr(self.model.config, "max_position_embeddings", 2048))
+        self.sampler_defaults = {"remasking": "entropy", "temperature": 0.2, "top_p": 0.95}
+
+    def _hidden(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """Dream's base model hidden states (B, L, H) with Dream's mask and position ids."""
+        if input_ids.shape[1] > self.max_length:
+            raise ConfigError(f"sequence of {input_ids.shape[1]} tokens exceeds the model's maximum of {self.max_length}")
+        mask, pos = dream_attention(None if attention_mask is None else attention_mask.to(self.device))
+        if isinstance(mask, torch.Tensor):
+            return self.model.model(input_ids.to(self.device), attention_mask=mask, position_ids=pos).last_hidden_state
+        return self.model.model(input_ids.to(self.device), attention_mask=mask).last_hidden_state
 
     def logits(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """(B, L) int64 → (B, L, V) float32, shifted so position i is the marginal of token i."""
-        ids = input_ids.to(self.device)
-        kwargs = {}
-        if attention_mask is not None and not bool(attention_mask.all()):
-            kwargs["attention_mask"] = attention_mask.to(self.device).long()
-        out = self.model(ids, **kwargs).logits.float()  # (B, L, V), position i predicts i+1
-        return torch.cat([out[:, :1], out[:, :-1]], dim=1)
+        """(B, L) int64 → (B, L, V) float32, shifted so row i is the marginal of token i (module doc)."""
+        if input_ids.shape[1] > self.max_length:
+            raise ConfigError(f"sequence of {input_ids.shape[1]} tokens exceeds the model's maximum of {self.max_length}")
+        mask, pos = dream_attention(None if attention_mask is None else attention_mask.to(self.device))
+        kwargs = {"attention_mask": mask} if pos is None else {"attention_mask": mask, "position_ids": pos}
+        out = self.model(input_ids.to(self.device), **kwargs).logits.float()  # (B, L, V), row i predicts i+1
+        return self.postprocess_logits(torch.cat([out[:, :1], out[:, :-1]], dim=1))
+
+    def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, index: torch.Tensor) -> torch.Tensor:
+        """index (B, K) int64 → (B, K, V) float32: the LM head runs on rows ``index − 1`` only (the shift)."""
+        head = getattr(self.model, "lm_head", None)
+        if head is None or not hasattr(self.model, "model"):
+            return super().logits_at(input_ids, attention_mask, index)  # gathers from the shifted logits()
+        hidden = self._hidden(input_ids, attention_mask)  # (B, L, H)
+        src = (index.to(self.device) - 1).clamp_min(0)
+        picked = torch.gather(hidden, 1, src[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, K, H)
+        return self.postprocess_logits(head(picked).float())

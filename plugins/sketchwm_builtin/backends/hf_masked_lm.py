@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import torch
 from pydantic import Field
@@ -18,6 +18,8 @@ from sketchwm.components import DLMBackend
 from sketchwm.config import StrictModel
 from sketchwm.errors import ConfigError, ModelFileError
 
+#: model types that compute position ids from the pad token themselves
+_SELF_POSITIONED = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer", "data2vec-text", "roberta-prelayernorm"}
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -37,6 +39,33 @@ def special_token_ids(tokenizer: Any, vocab_size: int) -> list[int]:
     return sorted(i for i in ids if 0 <= i < vocab_size)
 
 
+def padded_row_ids(tokenizer: Any, vocab_size: int) -> list[int]:
+    """Ids in [len(tokenizer), vocab_size): embedding rows a checkpoint pads its vocabulary with
+    (LLaDA 126464 vs its tokenizer's ~126349, Dream 152064 vs 151667). They decode to nothing and
+    were never trained as targets, so they are banned."""
+    return list(range(min(len(tokenizer), vocab_size), vocab_size))
+
+
+def checkpoint_name(path: str, model: Any) -> str:
+    """A readable checkpoint name for ``model_id``: the directory's last component, else the model's
+    ``config._name_or_path`` (set by ``from_pretrained``), else its class name (never ``"."``)."""
+    for cand in (path, getattr(getattr(model, "config", None), "_name_or_path", "") or ""):
+        base = os.path.basename(os.path.normpath(cand)) if cand else ""
+        if base and base not in (".", ".."):
+            return base
+    return type(model).__name__
+
+
+def apply_chat_template(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
+    """Each text as one user turn through ``tokenizer.apply_chat_template`` (with the generation
+    prompt), tokenised without adding special tokens again (the template writes its own BOS)."""
+    out = []
+    for t in texts:
+        s = tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False)
+        out.append(list(tokenizer.encode(s, add_special_tokens=False)))
+    return out
+
+
 def quiet_transformers() -> None:
     """Silence transformers' progress bars and info logs (the CLI prints one line per error)."""
     from transformers.utils import logging as hf_logging
@@ -53,12 +82,16 @@ class HFBackendParams(StrictModel):
         device: "auto", "cpu", "cuda", "cuda:1", ...
         dtype: weight dtype.
         max_length: override of the model's maximum sequence length.
+        chat_template: "auto" wraps string prompts in the tokenizer's chat template when it has one
+            (instruct checkpoints), "on" requires one, "off" never applies it (base checkpoints whose
+            tokenizer ships a template anyway, or prompts already formatted).
     """
 
     path: str = ""
     device: str = "auto"
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"
     max_length: int | None = Field(None, ge=8)
+    chat_template: Literal["auto", "on", "off"] = "auto"
 
 
 class HFMaskedLMBackend(DLMBackend):
@@ -106,10 +139,56 @@ class HFMaskedLMBackend(DLMBackend):
         self.mask_token_id = int(tok.mask_token_id)
         self.vocab_size = int(cfg.vocab_size)
         self.eos_token_id = None  # masked LMs have no end-of-text token: fixed-length generation
-        self.banned_token_ids = special_token_ids(tok, self.vocab_size)
+        self.banned_token_ids = sorted(set(special_token_ids(tok, self.vocab_size)) | set(padded_row_ids(tok, self.vocab_size)))
         self.max_length = int(self.params.max_length or getattr(cfg, "max_position_embeddings", 512))
-        self.model_id = f"{self.name}:{os.path.basename(os.path.normpath(self.params.path)) or type(self.model).__name__}"
+        self.model_id = f"{self.name}:{checkpoint_name(self.params.path, self.model)}"
         self.sampler_defaults = {}
+
+    @property
+    def uses_chat_template(self) -> bool:
+        """True if string prompts go through the tokenizer's chat template (``params.chat_template``).
+
+        Raises:
+            ConfigError: ``chat_template="on"`` and the tokenizer has no template.
+        """
+        has = bool(getattr(self.tokenizer, "chat_template", None))
+        mode = getattr(self.params, "chat_template", "auto")
+        if mode == "on" and not has:
+            raise ConfigError(f"{self.name}: chat_template='on' but the tokenizer has no chat template")
+        return has and mode != "off"
+
+    def encode_prompts(self, texts: Sequence[str]) -> list[list[int]]:
+        """Prompt strings → id lists: through the chat template for instruct checkpoints (see
+        :attr:`uses_chat_template`), else as :meth:`encode`."""
+        return apply_chat_template(self.tokenizer, texts) if self.uses_chat_template else self.encode(texts)
+
+    def _position_kwargs(self, attention_mask: torch.Tensor | None) -> dict[str, torch.Tensor]:
+        """``position_ids`` for a left-padded batch: (B, L) int64 counting real tokens from 0 (padding 0).
+
+        Models with absolute position embeddings (BERT) would otherwise give a prompt different
+        positions in a batch than alone. Models that derive positions from the pad token themselves
+        (RoBERTa family) or take none get nothing.
+        """
+        if attention_mask is None or bool(attention_mask.all()):
+            return {}
+        if getattr(self.model.config, "model_type", "") in _SELF_POSITIONED or not self._takes_position_ids:
+            return {}
+        am = attention_mask.to(self.device).long()
+        return {"position_ids": (am.cumsum(-1) - 1).clamp_min(0)}
+
+    @property
+    def _takes_position_ids(self) -> bool:
+        """Whether the model's forward accepts ``position_ids`` (inspected once)."""
+        cached = self.__dict__.get("_takes_pos")
+        if cached is None:
+            import inspect
+
+            try:
+                cached = "position_ids" in inspect.signature(self.model.forward).parameters
+            except (TypeError, ValueError):
+                cached = False
+            self.__dict__["_takes_pos"] = cached
+        return cached
 
     def _encoder_and_head(self) -> tuple[Any, Any] | None:
         """(encoder, LM head) of BERT- and RoBERTa-style masked LMs, or None if unknown."""
@@ -130,7 +209,8 @@ class HFMaskedLMBackend(DLMBackend):
             raise ConfigError(f"sequence of {input_ids.shape[1]} tokens exceeds the model's maximum of {self.max_length}")
         enc, head = split
         am = None if attention_mask is None else attention_mask.to(self.device).long()
-        hidden = enc(input_ids=input_ids.to(self.device), attention_mask=am).last_hidden_state  # (B, L, H)
+        hidden = enc(input_ids=input_ids.to(self.device), attention_mask=am,
+                     **self._position_kwargs(attention_mask)).last_hidden_state  # (B, L, H)
         idx = index.to(self.device)
         picked = torch.gather(hidden, 1, idx[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, K, H)
         return head(picked).float()
@@ -150,10 +230,11 @@ class HFMaskedLMBackend(DLMBackend):
         ids = input_ids.to(self.device)
         am = None if attention_mask is None else attention_mask.to(self.device).long()
         split = self._encoder_and_head() if positions is not None else None
+        pkw = self._position_kwargs(attention_mask)
         if split is None:
-            return self.model(input_ids=ids, attention_mask=am).logits.float()
+            return self.model(input_ids=ids, attention_mask=am, **pkw).logits.float()
         enc, head = split
-        hidden = enc(input_ids=ids, attention_mask=am).last_hidden_state  # (B, L, H)
+        hidden = enc(input_ids=ids, attention_mask=am, **pkw).last_hidden_state  # (B, L, H)
         pos = positions.to(self.device)
         out = torch.zeros(ids.shape[0], ids.shape[1], self.vocab_size, dtype=torch.float32, device=self.device)
         out[pos] = head(hidden[pos]).float()  # (M, V) only where needed
