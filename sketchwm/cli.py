@@ -227,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
         add_attack_command(sub)
     except ImportError:
         pass
+    from .bench.cli import add_subparsers as add_bench_subparsers
+
+    add_bench_subparsers(sub)
     return p
 
 
