@@ -32,7 +32,7 @@ def tiny_config(**over) -> dict:
         "name": "t", "backends": [{"name": "tiny"}], "schemes": [{"name": "global-sketch"}, {"name": "unigram"}],
         "lengths": [16], "prompt_sets": [{"name": "w", "source": "tiny", "n": 6}], "keys": 2,
         "n_null_cal": 99, "n_null_fpr": 20, "attacks": [{"name": "delete-random", "strengths": [0.2, 0.5]}],
-        "tokens_step": 4, "batch_size": 64,
+        "tokens_step": 4, "batch_size": 64, "sampler": {"steps": 4},
     }
     cfg.update(over)
     return cfg

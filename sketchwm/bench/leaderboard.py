@@ -113,9 +113,10 @@ def tables(agg: pd.DataFrame) -> list[Table]:
     q = pd.concat([q_clean.assign(col=q_clean["metric"]), q_att], ignore_index=True) if not q_att.empty else q_clean.assign(col=q_clean["metric"])
     make("quality", "Quality", q, q["col"])
     st = agg[agg["task"] == "stealing"].sort_values(["metric", "train_n", "strength"])
-    col = st["metric"] + " n=" + st["train_n"].astype(int).astype(str) + np.where(
-        st["cell_kind"] == "scrub", " s=" + st["strength"].map("{:g}".format), "")
-    make("stealing", "Stealing", st, col)
+    if not st.empty:
+        col = st["metric"] + " n=" + st["train_n"].astype(int).astype(str) + np.where(
+            st["cell_kind"] == "scrub", " s=" + st["strength"].map("{:g}".format), "")
+        make("stealing", "Stealing", st, col)
     sp = clean[clean["task"] == "speed"]
     make("speed", "Speed", sp, sp["metric"])
     return out
