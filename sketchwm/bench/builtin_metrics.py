@@ -14,6 +14,7 @@ scrub-rate             fraction    high   stealing     detected texts no longer 
 semantic-similarity    cosine      high   quality      mean similarity of attacked to original text
 oracle-ppl             ppl         low    quality      median SmolLM2-135M perplexity of the texts
 oracle-ppl-ratio       ratio       low    quality      median ppl(watermarked) / median ppl(unwatermarked)
+kl-per-token           nats/token  low    quality      mean KL(p̃‖p) of the sampled marginals (Thm 5.1)
 gen-throughput         tokens/s    high   speed        watermarked generation throughput
 detect-throughput      tokens/s    high   speed        detection throughput
 =====================  ==========  =====  ===========  ==================================================
@@ -206,6 +207,22 @@ class OraclePPLRatio(Metric):
         return MetricValue(float(np.nanmedian(cell.ppl) / np.nanmedian(cell.null_ppl)), int(np.isfinite(cell.ppl).sum()))
 
 
+class KLPerToken(Metric):
+    """Mean per-token KL(p̃‖p) (nats) of the marginals the watermarked text was sampled from (Thm 5.1's
+    distortion; 0 for schemes that do not tilt the logits, e.g. the distortion-free AAR and KTH)."""
+
+    name = "kl-per-token"
+    unit = "nats/token"
+    higher_is_better = False
+    task = "quality"
+    kinds = ("clean",)
+
+    def compute(self, cell: CellData) -> MetricValue | None:
+        if cell.kl is None or cell.kl.size == 0:
+            return None
+        return MetricValue(float(np.mean(cell.kl)), int(cell.kl.size))
+
+
 class GenThroughput(Metric):
     """Watermarked generation throughput (generated tokens per wall-clock second)."""
 
@@ -234,7 +251,7 @@ class DetectThroughput(Metric):
 
 BUILTIN_METRICS: tuple[type[Metric], ...] = (
     TPRAtFPR, TPRAtFPR01, TPRAnalytic, FPRObserved, ROCAUC, TokensToDetect, SpoofRate, ScrubRate,
-    SemanticSimilarity, OraclePPL, OraclePPLRatio, GenThroughput, DetectThroughput,
+    SemanticSimilarity, OraclePPL, OraclePPLRatio, KLPerToken, GenThroughput, DetectThroughput,
 )
 
 

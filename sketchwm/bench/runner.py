@@ -249,18 +249,28 @@ class RunContext:
         return self._get(("prompts", p), build)
 
     # ------------------------------------------------------------------ generation and scoring
-    def generate(self, b: int, length: int, prompts: Sequence[str], scheme: Any, seed: int) -> tuple[list[str], float]:
-        """Texts for ``prompts`` (watermarked by ``scheme`` unless None) and the wall seconds it took."""
+    def generate(self, b: int, length: int, prompts: Sequence[str], scheme: Any, seed: int,
+                 kl: list[torch.Tensor] | None = None) -> tuple[list[str], float]:
+        """Texts for ``prompts`` (watermarked by ``scheme`` unless None) and the wall seconds it took.
+
+        With ``kl`` (a list), the per-token KL(p̃‖p) of every sampled row is appended to it (see :func:`_kl_recorder`).
+        """
         from ..engine import MaskedDiffusionSampler
 
         be = self.backend(b)
         sampler = MaskedDiffusionSampler(be, self.sampler_config(b, length), scheme)
         gen = torch.Generator(device=be.device).manual_seed(seed % 2**62)
+        if kl is not None and scheme is not None:
+            scheme.process_logits = _kl_recorder(type(scheme).process_logits.__get__(scheme), kl)
         t0 = time.perf_counter()
         texts: list[str] = []
         bs = self.cfg.batch_size
-        for i in range(0, len(prompts), bs):
-            texts += sampler.generate(list(prompts[i:i + bs]), gen).texts
+        try:
+            for i in range(0, len(prompts), bs):
+                texts += sampler.generate(list(prompts[i:i + bs]), gen).texts
+        finally:
+            if kl is not None and scheme is not None:
+                del scheme.process_logits  # back to the class method
         return texts, time.perf_counter() - t0
 
     def null_texts(self, b: int, length: int, p: int, split: str) -> list[str]:
@@ -357,13 +367,14 @@ class RunContext:
         """Watermarked texts (generated once), their scores, and the unit's null scores."""
         def build() -> dict[str, Any]:
             pr = self.prompts(unit.prompt_set)
+            kl: list[torch.Tensor] | None = [] if self.cfg.kl else None
             wm, secs = self.generate(unit.backend, unit.length, pr["eval"], self.scheme(unit),
-                                     _seed(self.cfg.seed, "wm", unit))
+                                     _seed(self.cfg.seed, "wm", unit), kl=kl)
             cal = self.score(unit, self.null_texts(unit.backend, unit.length, unit.prompt_set, "null_cal"))
             fpr_texts = self.null_texts(unit.backend, unit.length, unit.prompt_set, "null_fpr")
             fpr = self.score(unit, fpr_texts)
             return {"texts": wm, "prompts": pr["eval"], "gen_seconds": secs, "scored": self.score(unit, wm), "cal": cal,
-                    "fpr": fpr, "fpr_texts": fpr_texts}
+                    "fpr": fpr, "fpr_texts": fpr_texts, "kl": torch.cat(kl).numpy() if kl else None}
         return self._get(("unit", unit), build)
 
     def stealer(self, unit: Unit, train_n: int) -> Any:
@@ -378,6 +389,27 @@ class RunContext:
             be = self.backend(unit.backend)
             return WatermarkStealer(be.vocab_size).fit(be.encode(train[:train_n]), be.encode(ref[:train_n]))
         return self._get(("stealer", unit, train_n), build)
+
+
+def _kl_recorder(process_logits: Any, sink: list[torch.Tensor]) -> Any:
+    """Wrap a scheme's ``process_logits`` to record KL(p̃‖p) (nats, float64) of the rows it tilts.
+
+    p = softmax of the model's logits, p̃ = softmax of the scheme's; rows: the K sampled rows when the
+    engine passes ``step.positions`` (packed path, (B, K, V)), else the masked rows of the current
+    block ((B, G, V) path) — the marginals tokens are sampled from. The texts are unchanged.
+    """
+    def wrapped(step: Any) -> torch.Tensor:
+        base = step.logits.detach().clone()
+        out = process_logits(step)
+        if step.positions is not None:
+            rows = torch.ones(base.shape[:2], dtype=torch.bool, device=base.device)
+        else:
+            g = torch.arange(step.tokens.shape[1], device=base.device)[None]
+            rows = step.masked & (g >= step.block[0]) & (g < step.block[1])  # (B, G)
+        lp, lq = torch.log_softmax(base[rows].double(), -1), torch.log_softmax(out[rows].double(), -1)  # (M, V)
+        sink.append((lq.exp() * (lq - lp).nan_to_num(0.0, 0.0, 0.0)).sum(-1).cpu())  # (M,)
+        return out
+    return wrapped
 
 
 def load_prompts(source: str, n: int, seed: int) -> list[str]:
@@ -421,6 +453,7 @@ def _cell_data(ctx: RunContext, cell: Cell, ud: dict[str, Any]) -> tuple[CellDat
         total = float(base.n_tokens.sum())
         kw["gen_tokens_per_s"] = float(len(ud["texts"]) * unit.length / max(ud["gen_seconds"], 1e-9))
         kw["detect_tokens_per_s"] = total / max(base.seconds, 1e-9)
+        kw["kl"] = ud["kl"]
         extras["tokens_to_detect"] = kw["tokens_to_detect"]
         extras["ppl"] = kw["ppl"]
     elif cell.kind in ("attack", "scrub"):
