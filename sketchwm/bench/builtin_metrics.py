@@ -15,6 +15,8 @@ semantic-similarity    cosine      high   quality      mean similarity of attack
 oracle-ppl             ppl         low    quality      median SmolLM2-135M perplexity of the texts
 oracle-ppl-ratio       ratio       low    quality      median ppl(watermarked) / median ppl(unwatermarked)
 kl-per-token           nats/token  low    quality      mean KL(p̃‖p) of the sampled marginals (Thm 5.1)
+distinct-2             fraction    high   quality      mean distinct-2 of the watermarked texts
+seq-rep-4              fraction    low    quality      mean seq-rep-4 (repetition) of the watermarked texts
 gen-throughput         tokens/s    high   speed        watermarked generation throughput
 detect-throughput      tokens/s    high   speed        detection throughput
 =====================  ==========  =====  ===========  ==================================================
@@ -25,19 +27,14 @@ from __future__ import annotations
 from typing import ClassVar
 
 import numpy as np
-from pydantic import Field
+import torch
 
-from ..config import StrictModel
+from ..detection import pad_ids
 from ..hookspecs import hookimpl
+from ..quality import distinct_n, seq_rep_n
 from .metric import CellData, Metric, MetricValue, threshold
 
 __all__ = ["BUILTIN_METRICS", "sketchwm_register_metrics"]
-
-
-class _AlphaParams(StrictModel):
-    """alpha: target false-positive rate of the threshold."""
-
-    alpha: float = Field(0.01, gt=0, lt=1)
 
 
 class TPRAtFPR(Metric):
@@ -223,6 +220,38 @@ class KLPerToken(Metric):
         return MetricValue(float(np.mean(cell.kl)), int(cell.kl.size))
 
 
+class Distinct2(Metric):
+    """Mean distinct-2 of the texts' tokens (Li et al. 2016; :func:`sketchwm.quality.distinct_n`)."""
+
+    name = "distinct-2"
+    unit = "fraction"
+    task = "quality"
+    kinds = ("clean",)
+    order: ClassVar[int] = 2
+
+    def values(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """(B,) float64 per-text values."""
+        return distinct_n(ids, valid, self.order)
+
+    def compute(self, cell: CellData) -> MetricValue | None:
+        if not cell.token_ids:
+            return None
+        ids, valid = pad_ids(cell.token_ids)
+        v = self.values(ids, valid).numpy()
+        return MetricValue(float(np.nanmean(v)), int(np.isfinite(v).sum()))
+
+
+class SeqRep4(Distinct2):
+    """Mean seq-rep-4 (Welleck et al. 2020): repeated 4-grams; perplexity rewards repetition, this shows it."""
+
+    name = "seq-rep-4"
+    higher_is_better = False
+    order = 4
+
+    def values(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        return seq_rep_n(ids, valid, self.order)
+
+
 class GenThroughput(Metric):
     """Watermarked generation throughput (generated tokens per wall-clock second)."""
 
@@ -251,7 +280,7 @@ class DetectThroughput(Metric):
 
 BUILTIN_METRICS: tuple[type[Metric], ...] = (
     TPRAtFPR, TPRAtFPR01, TPRAnalytic, FPRObserved, ROCAUC, TokensToDetect, SpoofRate, ScrubRate,
-    SemanticSimilarity, OraclePPL, OraclePPLRatio, KLPerToken, GenThroughput, DetectThroughput,
+    SemanticSimilarity, OraclePPL, OraclePPLRatio, KLPerToken, Distinct2, SeqRep4, GenThroughput, DetectThroughput,
 )
 
 

@@ -61,6 +61,7 @@ class CellData:
         tokens_to_detect: (n,) float64 first prefix length with p ≤ 0.01 (inf: never), or None.
         similarity: (n,) semantic similarity to the unattacked text, or None.
         ppl, null_ppl: (n,) / (m,) oracle perplexities of the texts and of unwatermarked texts, or None.
+        token_ids: the texts' token ids (the generating model's tokenizer), or None.
         kl: per sampled row, KL(p̃‖p) in nats of the tilted vs the model's marginal during generation, or None.
         gen_tokens_per_s, detect_tokens_per_s: throughput of this cell's generation / detection, or None.
     """
@@ -81,6 +82,7 @@ class CellData:
     similarity: np.ndarray | None = None
     ppl: np.ndarray | None = None
     null_ppl: np.ndarray | None = None
+    token_ids: list[list[int]] | None = None
     kl: np.ndarray | None = None
     gen_tokens_per_s: float | None = None
     detect_tokens_per_s: float | None = None

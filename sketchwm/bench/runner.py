@@ -478,7 +478,7 @@ def _cell_data(ctx: RunContext, cell: Cell, ud: dict[str, Any]) -> tuple[CellDat
         raise ConfigError(f"unknown cell kind {cell.kind!r}")
     data = CellData(kind=cell.kind, attack=cell.attack, strength=cell.strength, scores=sc.scores, p_values=sc.p_values,
                     n_tokens=sc.n_tokens, analytic=sc.analytic, null_cal=ud["cal"].scores, null_fpr=ud["fpr"].scores,
-                    null_fpr_analytic=ud["fpr"].analytic, train_n=cell.train_n, **kw)
+                    null_fpr_analytic=ud["fpr"].analytic, train_n=cell.train_n, token_ids=sc.ids, **kw)
     return data, sc, extras
 
 
