@@ -34,6 +34,9 @@ __all__ = ["Table", "aggregate", "tables", "build_leaderboard", "README_START", 
 
 README_START = "<!-- sketchwm-leaderboard:start -->"
 README_END = "<!-- sketchwm-leaderboard:end -->"
+#: columns shown first (in this order); the rest keep their order
+_FIRST = ("tpr@1%fpr", "tpr@0.1%fpr", "tpr-analytic@1%", "fpr@1%", "roc-auc", "tokens-to-detect", "oracle-ppl-ratio",
+          "oracle-ppl", "kl-per-token")
 _GROUP = ["scheme", "length", "cell_kind", "attack", "attack_family", "strength", "train_n", "metric"]
 
 
@@ -76,6 +79,7 @@ def _pivot(rows: pd.DataFrame, col: pd.Series, multi_length: bool, order: list[s
     mean = rows.pivot_table(index="_row", columns="_col", values="mean", aggfunc="mean", dropna=False)
     std = rows.pivot_table(index="_row", columns="_col", values="std", aggfunc="mean", dropna=False)
     cols = [c for c in dict.fromkeys(rows["_col"]) if c in mean.columns]
+    cols.sort(key=lambda c: next((i for i, f in enumerate(_FIRST) if str(c).startswith(f)), len(_FIRST)))
     mean, std = mean.reindex(columns=cols), std.reindex(columns=cols)
     idx = [s for s in order if s in mean.index] + [s for s in mean.index if s not in order]
     mean.index.name = std.index.name = "scheme"
