@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import math
 import sys
 import time
 from dataclasses import asdict, dataclass
