@@ -565,9 +565,9 @@ def run_bench(cfg: BenchConfig, out: str | Path, *, registry: Any = None, execut
     from tqdm.auto import tqdm
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     registry = bench_registry(registry)
-    units = plan(cfg, registry)
+    units = plan(cfg, registry)  # bad names and params fail here, before anything is written
+    out.mkdir(parents=True, exist_ok=True)
     tmp = out / ".config.json.tmp"
     tmp.write_text(cfg.model_dump_json(indent=2))
     tmp.replace(out / "config.json")
