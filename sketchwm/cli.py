@@ -446,6 +446,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .cli_attack import add_attack_command
 
     add_attack_command(sub, parents=[common])
+    from .bench.cli import add_subparsers as add_bench_subparsers
+
+    add_bench_subparsers(sub)
     return p
 
 

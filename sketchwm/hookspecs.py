@@ -51,3 +51,13 @@ def sketchwm_register_schemes() -> list[type]:
 @hookspec
 def sketchwm_register_attacks() -> list[type]:
     """Return :class:`sketchwm.components.Attack` subclasses (substitution, paraphrase, stealing, ...)."""
+
+
+# ---------------------------------------------------------------- benchmark metrics
+@hookspec
+def sketchwm_register_metrics() -> list[type]:
+    """Return :class:`sketchwm.bench.metric.Metric` subclasses (TPR at a FPR, ROC AUC, perplexity ratio, ...).
+
+    Each declares its ``unit``, ``higher_is_better`` and the leaderboard ``task`` it belongs to;
+    ``sketchwm bench run`` computes every registered metric (or those the config names) per cell.
+    """

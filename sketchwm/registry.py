@@ -18,6 +18,7 @@ import pluggy
 
 from . import hookspecs
 from .components import Attack, Component, DLMBackend, ScoreFunction, Sketch, WatermarkScheme
+from .bench.metric import Metric
 from .errors import RegistryError
 
 __all__ = ["get_plugin_manager", "Registry", "get_registry", "KINDS"]
@@ -31,6 +32,7 @@ KINDS: dict[str, tuple[str, type[Component]]] = {
     "backend": ("sketchwm_register_backends", DLMBackend),
     "scheme": ("sketchwm_register_schemes", WatermarkScheme),
     "attack": ("sketchwm_register_attacks", Attack),
+    "metric": ("sketchwm_register_metrics", Metric),
 }
 
 
@@ -94,7 +96,7 @@ class Registry:
             self._by_kind[kind] = table
 
     def names(self, kind: str) -> list[str]:
-        """Sorted registered names of ``kind`` ("sketch", "score", "backend", "scheme", "attack")."""
+        """Sorted registered names of ``kind`` ("sketch", "score", "backend", "scheme", "attack", "metric")."""
         return sorted(self._table(kind))
 
     def get(self, kind: str, name: str) -> type[Component]:

@@ -133,7 +133,8 @@ def test_every_hook_is_documented_and_exercised():
         assert name in kinds_hooks, f"hook {name} is not collected by the registry"
     exercised = {"sketchwm_register_sketches": "make_plugin(DenseGaussianSketch)",
                  "sketchwm_register_scores": 'names("score")', "sketchwm_register_backends": 'names("backend")',
-                 "sketchwm_register_schemes": 'names("scheme")', "sketchwm_register_attacks": 'names("attack")'}
+                 "sketchwm_register_schemes": 'names("scheme")', "sketchwm_register_attacks": 'names("attack")',
+                 "sketchwm_register_metrics": 'names("metric")'}
     for name in specs:
         assert name in exercised and exercised[name] in tests_text, f"hook {name} is not exercised by a test"
 

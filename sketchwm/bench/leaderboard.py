@@ -1,0 +1,346 @@
+"""``sketchwm leaderboard``: Markdown tables, CSV pivots and one offline HTML page from bench results.
+
+Summary rows (one per cell and metric) are averaged over keys and prompt sets (the spread over keys
+is shown as ± one standard deviation). Tables, one per task:
+
+* **power** — clean watermarked texts: TPR at 1% / 0.1% FPR (one rule, conformal τ_N), analytic-only
+  TPR, observed FPR on the disjoint null split, ROC AUC, tokens-to-detect;
+* **robustness: <family>** — TPR at 1% FPR after each attack of the family, per strength;
+* **quality** — oracle perplexity (ratio), semantic similarity after each attack family;
+* **stealing** — spoof rate and scrub rate per stolen-sample count;
+* **speed** — generation and detection throughput.
+
+The HTML page has every asset inline (CSS, a few lines of JavaScript for sorting, plots as base64
+PNG), so it works from ``file://`` with no network.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .results import read_results
+
+__all__ = ["Table", "aggregate", "tables", "build_leaderboard", "README_START", "README_END"]
+
+README_START = "<!-- sketchwm-leaderboard:start -->"
+README_END = "<!-- sketchwm-leaderboard:end -->"
+#: columns shown first (in this order); the rest keep their order
+_FIRST = ("tpr@1%fpr", "tpr@0.1%fpr", "tpr-analytic@1%", "fpr@1%", "roc-auc", "tokens-to-detect", "oracle-ppl-ratio",
+          "oracle-ppl", "kl-per-token")
+_GROUP = ["scheme", "length", "cell_kind", "attack", "attack_family", "strength", "train_n", "metric"]
+
+
+@dataclass
+class Table:
+    """One leaderboard table: ``mean`` / ``std`` (schemes × columns), per-column ``higher`` (True/False/None) and ``unit``."""
+
+    task: str
+    title: str
+    mean: pd.DataFrame
+    std: pd.DataFrame
+    higher: dict[str, bool | None] = field(default_factory=dict)
+    unit: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def slug(self) -> str:
+        """A file/HTML id for the table."""
+        return "".join(c if c.isalnum() else "-" for c in self.title.lower()).strip("-")
+
+
+def aggregate(df: pd.DataFrame) -> pd.DataFrame:
+    """Summary rows averaged over keys and prompt sets: one row per (scheme, length, cell, metric)."""
+    s = df[df["row_type"] == "summary"].copy()
+    s["higher_is_better"] = s["higher_is_better"].map(lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else bool(v))
+    g = s.groupby(_GROUP, dropna=False, sort=True)
+    out = g["value"].agg(mean="mean", std="std", keys="count").reset_index()
+    meta = g[["unit", "higher_is_better", "task"]].first().reset_index(drop=True)
+    out[["unit", "higher_is_better", "task"]] = meta.values
+    notes = g["note"].agg(lambda x: "; ".join(sorted({n for n in x if n}))).reset_index(drop=True)
+    out["note"] = notes.values
+    return out
+
+
+def _row_name(r: pd.Series, multi_length: bool) -> str:
+    return f"{r['scheme']} (L={int(r['length'])})" if multi_length else str(r["scheme"])
+
+
+def _pivot(rows: pd.DataFrame, col: pd.Series, multi_length: bool, order: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    rows = rows.assign(_row=[_row_name(r, multi_length) for _, r in rows.iterrows()], _col=col.values)
+    mean = rows.pivot_table(index="_row", columns="_col", values="mean", aggfunc="mean", dropna=False)
+    std = rows.pivot_table(index="_row", columns="_col", values="std", aggfunc="mean", dropna=False)
+    cols = [c for c in dict.fromkeys(rows["_col"]) if c in mean.columns]
+    cols.sort(key=lambda c: next((i for i, f in enumerate(_FIRST) if str(c).startswith(f)), len(_FIRST)))
+    mean, std = mean.reindex(columns=cols), std.reindex(columns=cols)
+    idx = [s for s in order if s in mean.index] + [s for s in mean.index if s not in order]
+    mean.index.name = std.index.name = "scheme"
+    return mean.reindex(idx), std.reindex(index=idx, columns=cols)
+
+
+def tables(agg: pd.DataFrame) -> list[Table]:
+    """The leaderboard tables (see module doc) from :func:`aggregate` output."""
+    multi = agg["length"].nunique() > 1
+    order = list(dict.fromkeys(_row_name(r, multi) for _, r in agg.iterrows()))
+    out: list[Table] = []
+
+    def make(task: str, title: str, rows: pd.DataFrame, col: pd.Series) -> None:
+        if rows.empty:
+            return
+        mean, std = _pivot(rows, col, multi, order)
+        hib = dict(zip(col.values, rows["higher_is_better"]))
+        unit = dict(zip(col.values, rows["unit"]))
+        out.append(Table(task, title, mean, std, hib, unit))
+
+    clean = agg[agg["cell_kind"] == "clean"]
+    power = clean[clean["task"].isin(["power", "robustness"])]
+    make("power", "Clean power", power, power["metric"])
+    att = agg[(agg["cell_kind"] == "attack") & (agg["metric"] == "tpr@1%fpr")]
+    for fam in sorted(att["attack_family"].unique()):
+        rows = att[att["attack_family"] == fam].sort_values(["attack", "strength"])
+        make("robustness", f"Robustness: {fam}", rows, rows["attack"] + " s=" + rows["strength"].map("{:g}".format))
+    q_clean = clean[clean["task"] == "quality"]
+    q_att = agg[agg["cell_kind"].isin(["attack", "scrub"]) & (agg["task"] == "quality")]
+    if not q_att.empty:  # one column per family and metric: mean over its attacks and strengths
+        q_att = (q_att.groupby(["scheme", "length", "attack_family", "metric"], as_index=False)
+                 .agg(mean=("mean", "mean"), std=("std", "mean"), unit=("unit", "first"),
+                      higher_is_better=("higher_is_better", "first")))
+        q_att["col"] = q_att["metric"] + ": " + q_att["attack_family"]
+    q = pd.concat([q_clean.assign(col=q_clean["metric"]), q_att], ignore_index=True) if not q_att.empty else q_clean.assign(col=q_clean["metric"])
+    make("quality", "Quality", q, q["col"])
+    st = agg[agg["task"] == "stealing"].sort_values(["metric", "train_n", "strength"])
+    if not st.empty:
+        col = st["metric"] + " n=" + st["train_n"].astype(int).astype(str) + np.where(
+            st["cell_kind"] == "scrub", " s=" + st["strength"].map("{:g}".format), "")
+        make("stealing", "Stealing", st, col)
+    sp = clean[clean["task"] == "speed"]
+    make("speed", "Speed", sp, sp["metric"])
+    return out
+
+
+def _fmt(m: float, s: float) -> str:
+    if m is None or not np.isfinite(m):
+        return "inf" if m is not None and np.isposinf(m) else "n/a"
+    txt = f"{m:.3g}" if abs(m) >= 1000 else f"{m:.3f}"
+    if s is not None and np.isfinite(s) and s > 0:
+        txt += f" ± {s:.2g}"
+    return txt
+
+
+def _arrow(h: bool | None) -> str:
+    return " ↑" if h is True else (" ↓" if h is False else "")
+
+
+def to_markdown(t: Table) -> str:
+    """A GitHub Markdown table (↑ higher is better, ↓ lower; ± one standard deviation over keys)."""
+    cols = list(t.mean.columns)
+    head = "| scheme | " + " | ".join(f"{c}{_arrow(t.higher.get(c))}" for c in cols) + " |"
+    lines = [f"### {t.title}", "", head, "|" + "---|" * (len(cols) + 1)]
+    for name in t.mean.index:
+        cells = [_fmt(t.mean.at[name, c], t.std.at[name, c]) for c in cols]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------- plots
+def _png(fig: Any) -> str:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def plots(df: pd.DataFrame, agg: pd.DataFrame) -> dict[str, str]:
+    """``{plot id: base64 PNG}``: roc, tpr-vs-strength, tpr-vs-tokens, quality-vs-strength (those with data)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.metrics import roc_curve
+
+    out: dict[str, str] = {}
+    clean = df[df["cell_kind"] == "clean"]
+    if not clean.empty:
+        fig, ax = plt.subplots(figsize=(5.5, 4))
+        for scheme, g in clean.groupby("scheme", sort=False):
+            pos = g[g["row_type"] == "text"]["score"].to_numpy(float)
+            neg = g[g["row_type"] == "null_fpr"]["score"].to_numpy(float)
+            if len(pos) and len(neg):
+                y = np.r_[np.ones(len(pos)), np.zeros(len(neg))]
+                fpr, tpr, _ = roc_curve(y, np.nan_to_num(np.r_[pos, neg], neginf=-1e300, posinf=1e300))
+                ax.plot(np.maximum(fpr, 1e-3), tpr, label=scheme)
+        ax.set_xscale("log")
+        ax.set(xlabel="false-positive rate (null report split)", ylabel="true-positive rate", title="ROC, clean texts (keys pooled)")
+        ax.legend(fontsize=7)
+        out["roc"] = _png(fig)
+        ttd = clean[(clean["row_type"] == "text") & clean["tokens_to_detect"].notna()]
+        if not ttd.empty:
+            fig, ax = plt.subplots(figsize=(5.5, 4))
+            L = int(clean["n_tokens"].max())
+            ks = np.arange(1, L + 1)
+            for scheme, g in ttd.groupby("scheme", sort=False):
+                t = g["tokens_to_detect"].to_numpy(float)
+                ax.step(ks, (t[None, :] <= ks[:, None]).mean(1), where="post", label=scheme)
+            ax.set(xlabel="tokens", ylabel="fraction with p ≤ 0.01", title="TPR vs tokens (prefixes, clean)")
+            ax.legend(fontsize=7)
+            out["tpr-vs-tokens"] = _png(fig)
+    tpr = agg[(agg["metric"] == "tpr@1%fpr") & agg["cell_kind"].isin(["attack"])]
+    fams = sorted(tpr["attack_family"].unique())
+    if fams:
+        n = len(fams)
+        fig, axes = plt.subplots(1, n, figsize=(3.6 * n, 3.4), squeeze=False)
+        base = agg[(agg["metric"] == "tpr@1%fpr") & (agg["cell_kind"] == "clean")].groupby("scheme")["mean"].mean()
+        for ax, fam in zip(axes[0], fams):
+            for (scheme, attack), g in tpr[tpr["attack_family"] == fam].groupby(["scheme", "attack"], sort=False):
+                g = g.groupby("strength")["mean"].mean()
+                xs, ys = np.r_[0.0, g.index.to_numpy(float)], np.r_[base.get(scheme, np.nan), g.to_numpy(float)]
+                ax.plot(xs, ys, marker="o", label=f"{scheme} / {attack}")
+            ax.set(title=fam, xlabel="attack strength", ylabel="TPR at 1% FPR", ylim=(-0.02, 1.02))
+            ax.legend(fontsize=6)
+        out["tpr-vs-strength"] = _png(fig)
+    sim = agg[(agg["metric"] == "semantic-similarity") & (agg["cell_kind"] == "attack")]
+    if not sim.empty and not tpr.empty:
+        m = sim.merge(tpr, on=["scheme", "length", "attack", "strength", "train_n"], suffixes=("_sim", "_tpr"))
+        if not m.empty:
+            fig, ax = plt.subplots(figsize=(5.5, 4))
+            for scheme, g in m.groupby("scheme", sort=False):
+                ax.scatter(g["mean_sim"], g["mean_tpr"], label=scheme, s=18)
+            ax.set(xlabel="semantic similarity after attack", ylabel="TPR at 1% FPR", title="Quality vs detection under attack")
+            ax.legend(fontsize=7)
+            out["quality-vs-strength"] = _png(fig)
+    ppl = agg[(agg["metric"] == "oracle-ppl-ratio") & (agg["cell_kind"] == "clean")]
+    if not ppl.empty:
+        clean_tpr = agg[(agg["metric"] == "tpr@1%fpr") & (agg["cell_kind"] == "clean")]
+        m = ppl.merge(clean_tpr, on=["scheme", "length"], suffixes=("_ppl", "_tpr"))
+        if not m.empty:
+            fig, ax = plt.subplots(figsize=(5.5, 4))
+            for _, r in m.iterrows():
+                ax.scatter(r["mean_ppl"], r["mean_tpr"], s=20)
+                ax.annotate(str(r["scheme"]), (r["mean_ppl"], r["mean_tpr"]), fontsize=6)
+            ax.set(xlabel="oracle perplexity ratio (watermarked / unwatermarked)", ylabel="clean TPR at 1% FPR",
+                   title="Quality vs watermark strength (Pareto)")
+            out["quality-vs-power"] = _png(fig)
+    return out
+
+
+# ---------------------------------------------------------------------------- HTML
+_CSS = """body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;margin:.5em 0 1.5em}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:right;font-size:13px}td:first-child,th:first-child{text-align:left}
+th{background:#eef;cursor:pointer;user-select:none}th.asc:after{content:" ▲"}th.desc:after{content:" ▼"}
+.sd{color:#888;font-size:11px}img{max-width:100%;border:1px solid #ddd;margin:4px}.meta{color:#555;font-size:12px}"""
+_JS = """function sortTable(th){const t=th.closest('table'),i=[...th.parentNode.children].indexOf(th);
+const asc=!th.classList.contains('asc');t.querySelectorAll('th').forEach(h=>h.classList.remove('asc','desc'));
+th.classList.add(asc?'asc':'desc');const b=t.tBodies[0],rows=[...b.rows];
+const key=r=>{const c=r.cells[i];const v=c.dataset.v;return v===undefined?c.textContent:parseFloat(v)};
+rows.sort((x,y)=>{let a=key(x),c=key(y);if(typeof a==='string')return asc?a.localeCompare(c):c.localeCompare(a);
+const na=isNaN(a),nc=isNaN(c);if(na||nc)return na-nc;return asc?a-c:c-a});rows.forEach(r=>b.appendChild(r))}
+document.querySelectorAll('th').forEach(th=>th.addEventListener('click',()=>sortTable(th)));"""
+
+
+def to_html_table(t: Table) -> str:
+    """A sortable HTML table (click a header; NaN sorts last); each cell carries its value in ``data-v``."""
+    cols = list(t.mean.columns)
+    e = html.escape
+    head = "<tr><th>scheme</th>" + "".join(
+        f'<th title="{e(t.unit.get(c, "") or "")}">{e(str(c) + _arrow(t.higher.get(c)))}</th>' for c in cols) + "</tr>"
+    body = []
+    for name in t.mean.index:
+        tds = []
+        for c in cols:
+            m, s = t.mean.at[name, c], t.std.at[name, c]
+            v = "NaN" if m is None or np.isnan(m) else ("Infinity" if np.isposinf(m) else repr(float(m)))
+            sd = f' <span class="sd">± {s:.2g}</span>' if s is not None and np.isfinite(s) and s > 0 else ""
+            tds.append(f'<td data-v="{v}">{e(_fmt(m, None))}{sd}</td>')
+        body.append(f'<tr data-scheme="{e(str(name))}"><td>{e(str(name))}</td>' + "".join(tds) + "</tr>")
+    return (f'<h2 id="{t.slug}">{e(t.title)}</h2>\n<table class="board" data-task="{e(t.task)}" id="table-{t.slug}">'
+            f"<thead>{head}</thead><tbody>{''.join(body)}</tbody></table>")
+
+
+def _atomic_write(path: Path, data: str | bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    if isinstance(data, bytes):
+        tmp.write_bytes(data)
+    else:
+        tmp.write_text(data, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme: str | os.PathLike | None = None,
+                      command: str = "") -> list[Path]:
+    """Write ``leaderboard.md``, ``summary.csv``, one CSV pivot per table, PNG plots and ``index.html`` to ``out``.
+
+    Args:
+        results: a results folder of ``sketchwm bench run``; out: output folder;
+        readme: a README whose section between :data:`README_START` and :data:`README_END` is
+            replaced by the tables (appended when the markers are absent); command: shown above the tables.
+
+    Returns:
+        the paths written. Raises InputError: no results.
+    """
+    df = read_results(results)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    agg = aggregate(df)
+    tabs = tables(agg)
+    figs = plots(df, agg)
+    written = []
+    p = out / "summary.csv"
+    _atomic_write(p, agg.to_csv(index=False))
+    written.append(p)
+    for t in tabs:
+        p = out / f"{t.slug}.csv"
+        _atomic_write(p, t.mean.to_csv())
+        written.append(p)
+    for name, b64 in figs.items():
+        p = out / f"{name}.png"
+        _atomic_write(p, base64.b64decode(b64))
+        written.append(p)
+    runs = ", ".join(sorted(df["run"].astype(str).unique()))
+    meta = (f"run {runs}; sketchwm {', '.join(sorted(df['package_version'].astype(str).unique()))}; "
+            f"commit {', '.join(sorted(c for c in df['git_commit'].astype(str).unique() if c)) or 'n/a'}; "
+            f"models {', '.join(sorted(df['model_id'].astype(str).unique()))}; keys {df['key_fingerprint'].nunique()}; "
+            f"{int((df['row_type'] == 'text').sum())} text rows in {df['cell_hash'].nunique()} cells")
+    md = ["## Leaderboard", "", f"_{meta}_", ""]
+    if command:
+        md += ["Made with:", "", "```", command, "```", ""]
+    md.append("↑ higher is better, ↓ lower; ± one standard deviation over keys; TPR at a FPR uses the one decision "
+              "rule score ≥ max(τ_N, τ_α), τ_N conformal from a calibration split of unwatermarked texts of the same "
+              "model, length and key, the FPR measured on a disjoint split.")
+    md += ["", *(to_markdown(t) + "\n" for t in tabs)]
+    md_text = "\n".join(md)
+    p = out / "leaderboard.md"
+    _atomic_write(p, md_text)
+    written.append(p)
+    e = html.escape
+    nav = " · ".join(f'<a href="#{t.slug}">{e(t.title)}</a>' for t in tabs)
+    imgs = "".join(f'<figure><img id="plot-{k}" alt="{k}" src="data:image/png;base64,{v}"><figcaption>{k}</figcaption></figure>'
+                   for k, v in figs.items())
+    page = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>sketchwm leaderboard</title>'
+            f"<style>{_CSS}</style></head><body><h1>sketchwm leaderboard</h1><p class=\"meta\">{e(meta)}</p>"
+            + (f"<pre>{e(command)}</pre>" if command else "")
+            + f"<nav>{nav}</nav>{''.join(to_html_table(t) for t in tabs)}<h2 id=\"plots\">Plots</h2>{imgs}"
+            f"<script>{_JS}</script></body></html>")
+    p = out / "index.html"
+    _atomic_write(p, page)
+    written.append(p)
+    if readme:
+        rp = Path(readme)
+        old = rp.read_text(encoding="utf-8") if rp.exists() else ""
+        block = f"{README_START}\n{md_text}\n{README_END}"
+        if README_START in old and README_END in old:
+            new = old[: old.index(README_START)] + block + old[old.index(README_END) + len(README_END):]
+        else:
+            new = old.rstrip("\n") + "\n\n" + block + "\n"
+        _atomic_write(rp, new)
+        written.append(rp)
+    return written

@@ -1,0 +1,137 @@
+"""The metric plugin contract of ``sketchwm bench`` and the one threshold definition.
+
+A :class:`Metric` turns the evidence of one benchmark *cell* (:class:`CellData`: the detection
+scores of its texts, the unwatermarked null scores of the same model, length and key, quality
+side data, timings) into one number. Metrics are components registered through the
+``sketchwm_register_metrics`` hook, built-ins exactly like third-party ones.
+
+The threshold (:func:`threshold`) is sketchwm's one decision rule, score ≥ max(τ_N, τ_α): τ_N is the
+conformal ⌈(n+1)(1−α)⌉-th order statistic of n null scores from the *calibration* split, τ_α the
+scheme's analytic threshold at the text's length; the false-positive rate is reported on the
+disjoint *report* split. With fewer than ⌈1/α⌉−1 calibration texts no finite τ_N exists: metrics
+that need it return NaN with a note instead of a number.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..components import Component
+
+__all__ = ["Metric", "MetricValue", "CellData", "threshold", "min_null_size", "CELL_KINDS", "TASKS"]
+
+#: what a cell evaluates: clean watermarked texts, attacked ones, spoofed (unwatermarked-origin) ones
+#: or watermarked texts scrubbed with a stolen model
+CELL_KINDS = ("clean", "attack", "spoof", "scrub")
+#: leaderboard tables a metric can belong to
+TASKS = ("power", "robustness", "quality", "stealing", "speed")
+
+
+def min_null_size(alpha: float) -> int:
+    """⌈1/α⌉ − 1: the fewest null scores for which the conformal (1−α) quantile is finite."""
+    return math.ceil(1 / alpha) - 1
+
+
+@dataclass
+class MetricValue:
+    """One metric value of a cell: ``value`` (float, NaN when undefined), ``n`` texts it rests on, ``note``."""
+
+    value: float
+    n: int
+    note: str = ""
+
+
+@dataclass
+class CellData:
+    """Everything a metric may read about one cell (numpy arrays; n texts, m null texts).
+
+    Attributes:
+        kind: one of :data:`CELL_KINDS`; attack, strength, train_n: what was done to the texts.
+        scores, p_values: (n,) float64 detection score and p-value of the cell's texts.
+        n_tokens: (n,) int64 tokens scored per text.
+        analytic: {α: (n,) float64} the scheme's analytic τ_α per text (−inf where the scheme has none).
+        null_cal, null_cal_tokens: (m_cal,) scores / lengths of the calibration split of unwatermarked texts.
+        null_fpr, null_fpr_analytic: (m_fpr,) scores of the disjoint report split and {α: (m_fpr,) τ_α}.
+        reference_scores: (n,) scores of the same texts before the attack (scrub cells), or None.
+        tokens_to_detect: (n,) float64 first prefix length with p ≤ 0.01 (inf: never), or None.
+        similarity: (n,) semantic similarity to the unattacked text, or None.
+        ppl, null_ppl: (n,) / (m,) oracle perplexities of the texts and of unwatermarked texts, or None.
+        token_ids: the texts' token ids (the generating model's tokenizer), or None.
+        kl: per sampled row, KL(p̃‖p) in nats of the tilted vs the model's marginal during generation, or None.
+        gen_tokens_per_s, detect_tokens_per_s: throughput of this cell's generation / detection, or None.
+    """
+
+    kind: str
+    attack: str
+    strength: float
+    scores: np.ndarray
+    p_values: np.ndarray
+    n_tokens: np.ndarray
+    analytic: dict[float, np.ndarray]
+    null_cal: np.ndarray
+    null_fpr: np.ndarray
+    null_fpr_analytic: dict[float, np.ndarray]
+    train_n: int = 0
+    reference_scores: np.ndarray | None = None
+    tokens_to_detect: np.ndarray | None = None
+    similarity: np.ndarray | None = None
+    ppl: np.ndarray | None = None
+    null_ppl: np.ndarray | None = None
+    token_ids: list[list[int]] | None = None
+    kl: np.ndarray | None = None
+    gen_tokens_per_s: float | None = None
+    detect_tokens_per_s: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def conformal_tau(null_scores: np.ndarray, alpha: float) -> float:
+    """τ_N: the ⌈(m+1)(1−α)⌉-th smallest of m null scores (+inf when m < ⌈1/α⌉−1; §4.3)."""
+    s = np.sort(np.asarray(null_scores, dtype=np.float64))
+    k = math.ceil((s.size + 1) * (1 - alpha))
+    return float("inf") if k > s.size or k < 1 else float(s[k - 1])
+
+
+def threshold(cell: CellData, alpha: float, analytic: np.ndarray) -> tuple[np.ndarray, str]:
+    """The one decision rule's per-text threshold max(τ_N, τ_α) and a note.
+
+    Args:
+        cell: supplies the calibration split ``null_cal``.
+        alpha: false-positive rate; analytic: (k,) float64 τ_α of the texts to decide.
+
+    Returns:
+        (k,) float64 thresholds (NaN when the calibration split is too small for α) and a note
+        saying so ("" otherwise).
+    """
+    need = min_null_size(alpha)
+    if cell.null_cal.size < need:
+        return np.full(analytic.shape, np.nan), f"null calibration split has {cell.null_cal.size} texts; alpha={alpha:g} needs >= {need}"
+    return np.maximum(conformal_tau(cell.null_cal, alpha), analytic), ""
+
+
+class Metric(Component):
+    """A benchmark metric: one number per cell (see module doc).
+
+    Subclasses set ``name``, ``unit`` (e.g. "fraction", "tokens", "tokens/s"), ``higher_is_better``
+    (True, False, or None when neither, e.g. an observed FPR that should sit at α), ``task`` (the
+    leaderboard table, one of :data:`TASKS`) and ``kinds`` (the cell kinds it applies to).
+    """
+
+    kind = "metric"
+    unit: ClassVar[str] = ""
+    higher_is_better: ClassVar[bool | None] = True
+    task: ClassVar[str] = "power"
+    kinds: ClassVar[tuple[str, ...]] = CELL_KINDS
+    #: False for metrics measured in wall time (excluded when comparing reruns row for row)
+    deterministic: ClassVar[bool] = True
+
+    def __init__(self, params: Any = None):
+        self.params = self.parse_params(params)
+
+    @abstractmethod
+    def compute(self, cell: CellData) -> MetricValue | None:
+        """The value for ``cell``, or None when the metric has no data for it (e.g. no oracle run)."""

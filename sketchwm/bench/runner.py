@@ -1,0 +1,604 @@
+"""The benchmark run: plan the cell grid, build each model/key/calibration once, write a part per cell.
+
+Grid (:class:`sketchwm.bench.config.BenchConfig`): a *unit* is one (scheme variant, backend, key,
+length, prompt set); it owns what its cells share — the backend, the keyed scheme, the
+unwatermarked null texts (calibration and report splits) and the watermarked texts, each generated
+once. A *cell* is one thing done to the unit's texts: ``clean`` (nothing), ``attack`` (an attack at
+a strength), ``spoof`` / ``scrub`` (watermark stealing with ``train_n`` stolen texts). Each cell is
+identified by a content hash of its configuration; its rows go to one Parquet part
+(:mod:`sketchwm.bench.results`), so a restarted run skips finished cells.
+
+Executors: ``local`` runs units in this process with one shared :class:`RunContext`; ``ray`` runs
+each unit as a Ray task (its own context) and writes parts as tasks finish.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from .. import __version__
+from ..config import config_hash
+from ..detection import pad_ids
+from ..errors import ConfigError, InputError
+from ..keys import WatermarkKey
+from .config import BenchConfig
+from .metric import CellData, Metric
+from .results import done_cells, git_commit, write_part
+
+__all__ = ["Unit", "Cell", "plan", "RunContext", "run_unit", "run_bench", "bench_registry", "attack_family", "ALPHAS"]
+
+#: false-positive rates at which per-text analytic thresholds are computed
+ALPHAS = (0.01, 0.001)
+_FAMILIES = {"substitute": "substitution", "insert": "insertion", "delete": "deletion", "reorder": "reordering",
+             "flood": "flooding", "repeat": "flooding", "paraphrase": "paraphrase", "steal": "stealing",
+             "stolen": "stealing"}
+
+
+def attack_family(attack: str) -> str:
+    """The attack family of an attack name ("substitute-synonym" → "substitution"; "none" → "none")."""
+    if attack == "none":
+        return "none"
+    head = attack.split("-", 1)[0]
+    return _FAMILIES.get(head, head)
+
+
+def _seed(*parts: Any) -> int:
+    """A 60-bit seed from a sha256 of the parts (so every generator is independent of run order)."""
+    return int(hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:15], 16)
+
+
+def bench_registry(registry: Any = None) -> Any:
+    """``registry`` (default: the installed plugins) with the built-in metrics guaranteed present.
+
+    The built-in metrics are an entry point (``builtin-metrics``) like every plugin; an installation
+    whose metadata predates that entry point still gets them here.
+    """
+    from ..registry import Registry, get_plugin_manager
+    from . import builtin_metrics
+
+    if registry is not None and registry.names("metric"):
+        return registry
+    pm = registry.pm if registry is not None else get_plugin_manager()
+    if not pm.is_registered(builtin_metrics):
+        pm.register(builtin_metrics, name="builtin-metrics")
+    return Registry(pm)
+
+
+@dataclass(frozen=True)
+class Unit:
+    """Cells sharing a backend, a keyed scheme, null texts and watermarked texts (indices into the config)."""
+
+    scheme: str
+    scheme_name: str
+    scheme_params: str  # JSON
+    backend: int
+    key: int
+    length: int
+    prompt_set: int
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One thing done to a unit's texts; ``hash`` is the content hash of everything that defines its rows."""
+
+    unit: Unit
+    kind: str
+    attack: str
+    strength: float
+    attack_params: str  # JSON
+    n: int
+    train_n: int
+    hash: str
+
+
+def derive_key(cfg: BenchConfig, index: int) -> WatermarkKey:
+    """Key ``index`` of the run: HMAC-SHA256(key_seed, "sketchwm/bench/key/<index>") (never written out)."""
+    return WatermarkKey(hmac.new(cfg.key_seed.encode(), f"sketchwm/bench/key/{index}".encode(), hashlib.sha256).digest())
+
+
+def metric_names(cfg: BenchConfig, registry: Any) -> list[str]:
+    """Metrics the run computes (config order, or every registered one); raises RegistryError on unknown names."""
+    names = cfg.metrics if cfg.metrics is not None else registry.names("metric")
+    for n in names:
+        registry.get("metric", n)
+    return list(names)
+
+
+def plan(cfg: BenchConfig, registry: Any) -> list[tuple[Unit, list[Cell]]]:
+    """Every unit of the grid with its cells (order: schemes, backends, lengths, prompt sets, keys).
+
+    Raises:
+        RegistryError: unknown scheme, backend (other than ``tiny``), attack or metric.
+        ConfigError: invalid scheme or attack params.
+    """
+    metrics = metric_names(cfg, registry)
+    for b in cfg.backends:
+        if b.name != "tiny":
+            registry.get("backend", b.name).parse_params(b.params)
+    for a in cfg.attacks:
+        registry.get("attack", a.name).parse_params(a.params)
+    fps = [derive_key(cfg, k).fingerprint for k in range(cfg.keys)]
+    common = {"sampler": cfg.sampler, "n_null_cal": cfg.n_null_cal, "n_null_fpr": cfg.n_null_fpr, "seed": cfg.seed,
+              "metrics": metrics, "oracle": cfg.oracle, "similarity": cfg.similarity, "tokens_step": cfg.tokens_step,
+              "batch_size": cfg.batch_size}
+    out = []
+    for s in cfg.schemes:
+        for label, params in s.variants():
+            registry.get("scheme", s.name).parse_params(params)
+            for bi, b in enumerate(cfg.backends):
+                for length in cfg.lengths:
+                    for pi, ps in enumerate(cfg.prompt_sets):
+                        for k in range(cfg.keys):
+                            unit = Unit(label, s.name, json.dumps(params, sort_keys=True), bi, k, length, pi)
+                            ident = {**common, "scheme": s.name, "params": params, "backend": b.model_dump(mode="json"),
+                                     "key": fps[k], "length": length, "prompts": ps.model_dump(mode="json")}
+                            cells = []
+
+                            def add(kind: str, attack: str, strength: float, aparams: dict, n: int, train_n: int = 0,
+                                    extra: dict | None = None) -> None:
+                                h = config_hash({**ident, "kind": kind, "attack": attack, "strength": strength,
+                                                 "attack_params": aparams, "n": n, "train_n": train_n, **(extra or {})})
+                                cells.append(Cell(unit, kind, attack, float(strength), json.dumps(aparams, sort_keys=True),
+                                                  n, train_n, h))
+
+                            add("clean", "none", 0.0, {}, ps.n)
+                            for a in cfg.attacks:
+                                for st in a.strengths:
+                                    add("attack", a.name, st, a.params, min(ps.n, a.n or ps.n))
+                            if cfg.stealing is not None:
+                                sp = cfg.stealing.model_dump(mode="json")
+                                for tn in cfg.stealing.train_n:
+                                    add("spoof", "steal-spoof", cfg.stealing.delta, {"delta": cfg.stealing.delta},
+                                        min(ps.n, cfg.stealing.spoof_n), tn, {"stealing": sp})
+                                    for st in cfg.stealing.scrub_strengths:
+                                        add("scrub", "steal-scrub", st, {}, ps.n, tn, {"stealing": sp})
+                            out.append((unit, cells))
+    return out
+
+
+@dataclass
+class Scored:
+    """Detection of a batch: scores, p_values (n,) float64; n_tokens (n,) int64; ids; analytic {α: (n,)}; seconds."""
+
+    scores: np.ndarray
+    p_values: np.ndarray
+    n_tokens: np.ndarray
+    ids: list[list[int]]
+    analytic: dict[float, np.ndarray]
+    seconds: float
+
+
+class RunContext:
+    """Builds each backend, key, keyed scheme, null split and watermarked batch once per run (caches).
+
+    Args:
+        cfg: the validated config; registry: plugin registry (default: installed plugins + built-in metrics).
+    """
+
+    def __init__(self, cfg: BenchConfig, registry: Any = None):
+        self.cfg = cfg
+        self.registry = bench_registry(registry)
+        self.metrics: list[Metric] = [self.registry.create("metric", n) for n in metric_names(cfg, self.registry)]
+        self.commit = git_commit()
+        self._cache: dict[Any, Any] = {}
+
+    def _get(self, key: Any, build: Any) -> Any:
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    # ------------------------------------------------------------------ models, keys, prompts
+    def backend(self, i: int) -> Any:
+        """Backend ``i`` of the config (``tiny``: :func:`sketchwm.testing.tiny_backend`)."""
+        def build() -> Any:
+            spec = self.cfg.backends[i]
+            if spec.name == "tiny":
+                from ..testing import tiny_backend
+
+                return tiny_backend(seed=int(spec.params.get("seed", 0)))
+            return self.registry.create("backend", spec.name, spec.params)
+        return self._get(("backend", i), build)
+
+    def key(self, i: int) -> WatermarkKey:
+        """Key ``i`` (see :func:`derive_key`)."""
+        return self._get(("key", i), lambda: derive_key(self.cfg, i))
+
+    def sampler_config(self, b: int, length: int) -> dict[str, Any]:
+        """Sampler settings for ``length`` generated tokens on backend ``b`` (block length and steps fitted)."""
+        from ..engine import SamplerConfig
+
+        be = self.backend(b)
+        base = {**SamplerConfig().model_dump(), **(be.sampler_defaults or {}), **self.cfg.sampler}
+        cfg = {**base, "gen_length": length}
+        if length % int(cfg["block_length"]) != 0:
+            cfg["block_length"] = length
+        cfg["steps"] = min(int(self.cfg.sampler.get("steps", base["steps"])), length)
+        nb = length // int(cfg["block_length"])
+        cfg["steps"] = max(nb, cfg["steps"] // nb * nb)
+        return cfg
+
+    def prompts(self, p: int) -> dict[str, list[str]]:
+        """Prompt set ``p`` split into disjoint blocks: eval, null_cal, null_fpr, steal_train, steal_ref."""
+        def build() -> dict[str, list[str]]:
+            ps = self.cfg.prompt_sets[p]
+            steal = max(self.cfg.stealing.train_n) if self.cfg.stealing else 0
+            sizes = {"eval": ps.n, "null_cal": self.cfg.n_null_cal, "null_fpr": self.cfg.n_null_fpr,
+                     "steal_train": steal, "steal_ref": steal}
+            total = sum(sizes.values())
+            pool = load_prompts(ps.source, total, self.cfg.seed)
+            if ps.words:
+                pool = [" ".join(x.split()[: ps.words]) for x in pool]
+            order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(_seed(self.cfg.seed, ps.name) % 2**62))
+            pool = [pool[i] for i in order.tolist()]
+            out, start = {}, 0
+            for name, k in sizes.items():  # wraps around (prompts repeat) only when the source is too small
+                out[name] = [pool[(start + i) % len(pool)] for i in range(k)]
+                start += k
+            return out
+        return self._get(("prompts", p), build)
+
+    # ------------------------------------------------------------------ generation and scoring
+    def generate(self, b: int, length: int, prompts: Sequence[str], scheme: Any, seed: int,
+                 kl: list[torch.Tensor] | None = None) -> tuple[list[str], float]:
+        """Texts for ``prompts`` (watermarked by ``scheme`` unless None) and the wall seconds it took.
+
+        With ``kl`` (a list), the per-token KL(p̃‖p) of every sampled row is appended to it (see :func:`_kl_recorder`).
+        """
+        from ..engine import MaskedDiffusionSampler
+
+        be = self.backend(b)
+        sampler = MaskedDiffusionSampler(be, self.sampler_config(b, length), scheme)
+        gen = torch.Generator(device=be.device).manual_seed(seed % 2**62)
+        if kl is not None and scheme is not None:
+            scheme.process_logits = _kl_recorder(type(scheme).process_logits.__get__(scheme), kl)
+        t0 = time.perf_counter()
+        texts: list[str] = []
+        bs = self.cfg.batch_size
+        try:
+            for i in range(0, len(prompts), bs):
+                texts += sampler.generate(list(prompts[i:i + bs]), gen).texts
+        finally:
+            if kl is not None and scheme is not None:
+                del scheme.process_logits  # back to the class method
+        return texts, time.perf_counter() - t0
+
+    def null_texts(self, b: int, length: int, p: int, split: str) -> list[str]:
+        """Unwatermarked texts of backend ``b`` for split ``null_cal``/``null_fpr``/``steal_ref`` (shared by schemes and keys)."""
+        def build() -> list[str]:
+            prompts = self.prompts(p)[split]
+            return self.generate(b, length, prompts, None, _seed(self.cfg.seed, "null", split, b, length, p))[0] if prompts else []
+        return self._get(("null", b, length, p, split), build)
+
+    def scheme(self, unit: Unit) -> Any:
+        """The keyed scheme of ``unit`` on its backend's device."""
+        def build() -> Any:
+            from ..api import Watermarker
+
+            spec = {"scheme": {"name": unit.scheme_name, "params": json.loads(unit.scheme_params)}}
+            return Watermarker(self.key(unit.key), spec, backend=self.backend(unit.backend), registry=self.registry).scheme
+        return self._get(("scheme", unit), build)
+
+    def score(self, unit: Unit, texts: Sequence[str], ids: list[list[int]] | None = None) -> Scored:
+        """Detection scores of ``texts`` under ``unit``'s keyed scheme (empty text: score −inf, p = 1)."""
+        scheme, be = self.scheme(unit), self.backend(unit.backend)
+        ids = be.encode(list(texts)) if ids is None else ids
+        t0 = time.perf_counter()
+        x, valid = pad_ids(ids)
+        out = scheme.score_ids(x.to(scheme.device), valid.to(scheme.device))
+        secs = time.perf_counter() - t0
+        n = np.array([len(i) for i in ids], dtype=np.int64)
+        s = out.score.double().cpu().numpy()
+        pv = out.p_value.double().cpu().numpy()
+        s = np.where((n == 0) | np.isnan(s), -np.inf, s)
+        pv = np.where((n == 0) | np.isnan(pv), 1.0, pv)
+        analytic = {a: np.array([self.analytic(unit, a, int(k)) for k in n], dtype=np.float64) for a in ALPHAS}
+        return Scored(s, pv, n, ids, analytic, secs)
+
+    def analytic(self, unit: Unit, alpha: float, n_tokens: int) -> float:
+        """The scheme's analytic τ_α at ``n_tokens`` (−inf where it has no closed form)."""
+        def build() -> float:
+            try:
+                return float(self.scheme(unit).analytic_threshold(alpha, max(n_tokens, 1)))
+            except NotImplementedError:
+                return float("-inf")
+        return self._get(("analytic", unit, alpha, n_tokens), build)
+
+    def tokens_to_detect(self, unit: Unit, ids: list[list[int]], alpha: float = 0.01) -> np.ndarray | None:
+        """(n,) first prefix length (multiples of ``tokens_step``, then the full text) with p ≤ α; inf if never."""
+        step = self.cfg.tokens_step
+        if step <= 0:
+            return None
+        scheme = self.scheme(unit)
+        L = max(len(i) for i in ids)
+        ks = sorted(set(range(step, L + 1, step)) | {L})
+        ks = [k for k in ks if k >= max(1, int(getattr(scheme, "min_tokens", 1)))]
+        if not ks:
+            return np.full(len(ids), np.inf)
+        prefixes = [x[:k] for x in ids for k in ks]  # (n·K) prefixes, scored in one batch
+        x, valid = pad_ids(prefixes)
+        p = scheme.score_ids(x.to(scheme.device), valid.to(scheme.device)).p_value.double().cpu().numpy()
+        p = np.nan_to_num(p, nan=1.0).reshape(len(ids), len(ks))
+        hit = p <= alpha
+        kk = np.array(ks, dtype=np.float64)
+        lens = np.array([len(i) for i in ids], dtype=np.float64)
+        first = np.where(hit.any(1), np.minimum(kk[hit.argmax(1)], lens), np.inf)
+        return first
+
+    def oracle(self) -> Any:
+        """The SmolLM2-135M oracle (loaded once)."""
+        def build() -> Any:
+            from ..oracle import OracleLM
+
+            return OracleLM()
+        return self._get("oracle", build)
+
+    def ppl(self, texts: Sequence[str], cache_key: Any = None) -> np.ndarray | None:
+        """Oracle perplexities (n,) of ``texts``, or None when the config disables the oracle."""
+        if not self.cfg.oracle:
+            return None
+        build = lambda: np.array(self.oracle().perplexity(list(texts)), dtype=np.float64)  # noqa: E731
+        return self._get(("ppl", cache_key), build) if cache_key is not None else build()
+
+    def attack(self, b: int, name: str, params_json: str, **resources: Any) -> Any:
+        """The attack object (built once per backend and params; ``similarity`` set from the config)."""
+        def build() -> Any:
+            cls = self.registry.get("attack", name)
+            params = json.loads(params_json)
+            if "similarity" in getattr(cls.Params, "model_fields", {}):
+                params.setdefault("similarity", self.cfg.similarity)
+            return cls(params, backend=self.backend(b), **resources)
+        if resources:
+            return build()
+        return self._get(("attack", b, name, params_json), build)
+
+    # ------------------------------------------------------------------ per-unit shared evidence
+    def unit_data(self, unit: Unit) -> dict[str, Any]:
+        """Watermarked texts (generated once), their scores, and the unit's null scores."""
+        def build() -> dict[str, Any]:
+            pr = self.prompts(unit.prompt_set)
+            kl: list[torch.Tensor] | None = [] if self.cfg.kl else None
+            wm, secs = self.generate(unit.backend, unit.length, pr["eval"], self.scheme(unit),
+                                     _seed(self.cfg.seed, "wm", unit), kl=kl)
+            cal = self.score(unit, self.null_texts(unit.backend, unit.length, unit.prompt_set, "null_cal"))
+            fpr_texts = self.null_texts(unit.backend, unit.length, unit.prompt_set, "null_fpr")
+            fpr = self.score(unit, fpr_texts)
+            return {"texts": wm, "prompts": pr["eval"], "gen_seconds": secs, "scored": self.score(unit, wm), "cal": cal,
+                    "fpr": fpr, "fpr_texts": fpr_texts, "kl": torch.cat(kl).numpy() if kl else None}
+        return self._get(("unit", unit), build)
+
+    def stealer(self, unit: Unit, train_n: int) -> Any:
+        """A :class:`sketchwm_attacks.WatermarkStealer` fitted on ``train_n`` watermarked vs unwatermarked texts."""
+        def build() -> Any:
+            from sketchwm_attacks import WatermarkStealer
+
+            pr = self.prompts(unit.prompt_set)
+            train = self._get(("steal-train", unit), lambda: self.generate(
+                unit.backend, unit.length, pr["steal_train"], self.scheme(unit), _seed(self.cfg.seed, "steal", unit))[0])
+            ref = self.null_texts(unit.backend, unit.length, unit.prompt_set, "steal_ref")
+            be = self.backend(unit.backend)
+            return WatermarkStealer(be.vocab_size).fit(be.encode(train[:train_n]), be.encode(ref[:train_n]))
+        return self._get(("stealer", unit, train_n), build)
+
+
+def _kl_recorder(process_logits: Any, sink: list[torch.Tensor]) -> Any:
+    """Wrap a scheme's ``process_logits`` to record KL(p̃‖p) (nats, float64) of the rows it tilts.
+
+    p = softmax of the model's logits, p̃ = softmax of the scheme's; rows: the K sampled rows when the
+    engine passes ``step.positions`` (packed path, (B, K, V)), else the masked rows of the current
+    block ((B, G, V) path) — the marginals tokens are sampled from. The texts are unchanged.
+    """
+    def wrapped(step: Any) -> torch.Tensor:
+        base = step.logits.detach().clone()
+        out = process_logits(step)
+        if step.positions is not None:
+            rows = torch.ones(base.shape[:2], dtype=torch.bool, device=base.device)
+        else:
+            g = torch.arange(step.tokens.shape[1], device=base.device)[None]
+            rows = step.masked & (g >= step.block[0]) & (g < step.block[1])  # (B, G)
+        lp, lq = torch.log_softmax(base[rows].double(), -1), torch.log_softmax(out[rows].double(), -1)  # (M, V)
+        sink.append((lq.exp() * (lq - lp).nan_to_num(0.0, 0.0, 0.0)).sum(-1).cpu())  # (M,)
+        return out
+    return wrapped
+
+
+def load_prompts(source: str, n: int, seed: int) -> list[str]:
+    """At least one prompt from ``source`` (see :class:`PromptSet`); ``tiny`` makes ``n`` of tiny-vocabulary words.
+
+    Raises:
+        InputError: an unknown source, a missing or empty file.
+    """
+    if source == "tiny":
+        from ..testing import tiny_texts
+
+        return tiny_texts(max(n, 1), 6, seed, punct=False)
+    if source in ("prompts", "human"):
+        from ..data import load
+
+        return load(source)
+    p = Path(source)
+    if not p.is_file():
+        raise InputError(f"prompt source {source!r} is neither 'prompts', 'human', 'tiny' nor an existing file")
+    lines = [ln for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    if p.suffix == ".jsonl":
+        lines = [(json.loads(ln).get("prompt") or json.loads(ln).get("text") or "") for ln in lines]
+    if not lines:
+        raise InputError(f"prompt file {p} has no prompts")
+    return lines
+
+
+def _cell_data(ctx: RunContext, cell: Cell, ud: dict[str, Any]) -> tuple[CellData, Scored, dict[str, Any]]:
+    """Apply the cell's treatment to the unit's texts; returns the metric input, the scores and per-text extras."""
+    unit = cell.unit
+    base = ud["scored"]
+    extras: dict[str, Any] = {}
+    kw: dict[str, Any] = {}
+    gen = torch.Generator().manual_seed(int(cell.hash, 16) % 2**62)
+    if cell.kind == "clean":
+        sc = base
+        kw["tokens_to_detect"] = ctx.tokens_to_detect(unit, base.ids)
+        kw["ppl"] = ctx.ppl(ud["texts"], ("wm", unit))
+        if kw["ppl"] is not None:
+            kw["null_ppl"] = ctx.ppl(ud["fpr_texts"], ("null", unit.backend, unit.length, unit.prompt_set))
+        total = float(base.n_tokens.sum())
+        kw["gen_tokens_per_s"] = float(len(ud["texts"]) * unit.length / max(ud["gen_seconds"], 1e-9))
+        kw["detect_tokens_per_s"] = total / max(base.seconds, 1e-9)
+        kw["kl"] = ud["kl"]
+        extras["tokens_to_detect"] = kw["tokens_to_detect"]
+        extras["ppl"] = kw["ppl"]
+    elif cell.kind in ("attack", "scrub"):
+        texts = ud["texts"][: cell.n]
+        if cell.kind == "attack":
+            atk = ctx.attack(unit.backend, cell.attack, cell.attack_params)
+        else:
+            atk = ctx.attack(unit.backend, "steal-scrub", cell.attack_params, stealer=ctx.stealer(unit, cell.train_n))
+            kw["reference_scores"] = base.scores[: cell.n]
+        out = atk.apply(texts, cell.strength, gen, prompts=ud["prompts"][: cell.n])
+        sc = ctx.score(unit, out.texts)
+        kw["similarity"] = np.array(out.similarity, dtype=np.float64)
+        extras["similarity"] = kw["similarity"]
+        extras["edit_fraction"] = np.array(out.edit_fraction, dtype=np.float64)
+    elif cell.kind == "spoof":
+        st = ctx.stealer(unit, cell.train_n)
+        prompts = ctx.prompts(unit.prompt_set)["null_fpr"][: cell.n]  # prompts the watermark never saw
+        out = st.spoof(ctx.backend(unit.backend), prompts, gen, delta=cell.strength,
+                       sampler_config=ctx.sampler_config(unit.backend, unit.length))
+        sc = ctx.score(unit, out.texts)
+    else:
+        raise ConfigError(f"unknown cell kind {cell.kind!r}")
+    data = CellData(kind=cell.kind, attack=cell.attack, strength=cell.strength, scores=sc.scores, p_values=sc.p_values,
+                    n_tokens=sc.n_tokens, analytic=sc.analytic, null_cal=ud["cal"].scores, null_fpr=ud["fpr"].scores,
+                    null_fpr_analytic=ud["fpr"].analytic, train_n=cell.train_n, token_ids=sc.ids, **kw)
+    return data, sc, extras
+
+
+def run_cell(ctx: RunContext, cell: Cell) -> list[dict[str, Any]]:
+    """All rows of one cell: text rows, null rows (clean cells) and one summary row per applicable metric."""
+    t0 = time.perf_counter()
+    unit = cell.unit
+    ud = ctx.unit_data(unit)
+    data, sc, extras = _cell_data(ctx, cell, ud)
+    be = ctx.backend(unit.backend)
+    head = {
+        "run": ctx.cfg.name, "cell_hash": cell.hash, "cell_kind": cell.kind, "scheme": unit.scheme,
+        "scheme_name": unit.scheme_name, "scheme_params": unit.scheme_params, "backend": ctx.cfg.backends[unit.backend].name,
+        "model_id": str(getattr(be, "model_id", "")), "length": unit.length,
+        "prompt_set": ctx.cfg.prompt_sets[unit.prompt_set].name, "key_index": unit.key,
+        "key_fingerprint": ctx.key(unit.key).fingerprint, "attack": cell.attack, "attack_family": attack_family(cell.attack),
+        "attack_params": cell.attack_params, "strength": cell.strength, "train_n": cell.train_n, "seed": ctx.cfg.seed,
+        "package_version": __version__, "git_commit": ctx.commit,
+    }
+    rows: list[dict[str, Any]] = []
+
+    def text_rows(row_type: str, s: Scored, ex: dict[str, Any]) -> None:
+        for i in range(len(s.scores)):
+            r = {"row_type": row_type, "text_index": i, "n_tokens": int(s.n_tokens[i]), "score": float(s.scores[i]),
+                 "p_value": float(s.p_values[i])}
+            for k, v in ex.items():
+                r[k] = None if v is None else float(v[i])
+            rows.append(r)
+
+    text_rows("text", sc, extras)
+    if cell.kind == "clean":
+        text_rows("null_cal", ud["cal"], {})
+        text_rows("null_fpr", ud["fpr"], {})
+    for m in ctx.metrics:
+        if cell.kind not in m.kinds:
+            continue
+        v = m.compute(data)
+        if v is None:
+            continue
+        rows.append({"row_type": "summary", "metric": m.name, "value": float(v.value), "unit": m.unit,
+                     "higher_is_better": m.higher_is_better, "task": m.task, "deterministic": m.deterministic,
+                     "n": int(v.n), "note": v.note})
+    wall = time.perf_counter() - t0
+    cols = ["row_type", "text_index", "n_tokens", "score", "p_value", "tokens_to_detect", "ppl", "similarity",
+            "edit_fraction", "metric", "value", "unit", "higher_is_better", "task", "deterministic", "n", "note"]
+    return [{**head, "row_index": j, **{c: r.get(c) for c in cols}, "wall_time_s": wall} for j, r in enumerate(rows)]
+
+
+def run_unit(ctx: RunContext, cells: Sequence[Cell]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """(cell hash, rows) for each cell, in order, sharing the unit's texts through ``ctx``."""
+    for cell in cells:
+        yield cell.hash, run_cell(ctx, cell)
+
+
+def _ray_unit(cfg_json: str, cells: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Ray task body: a fresh context (installed plugins) runs one unit's cells."""
+    cfg = BenchConfig.model_validate_json(cfg_json)
+    ctx = RunContext(cfg)
+    cs = [Cell(**{**c, "unit": Unit(**c["unit"])}) for c in cells]
+    return list(run_unit(ctx, cs))
+
+
+def _require_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--executor ray needs Ray: pip install 'sketchwm[ray]' (or pip install ray)") from None
+    return ray
+
+
+def run_bench(cfg: BenchConfig, out: str | Path, *, registry: Any = None, executor: str = "local",
+              progress: bool | None = None) -> dict[str, int]:
+    """Run the grid into ``out`` (parts under ``out/parts``); finished cells of an earlier run are skipped.
+
+    Args:
+        cfg: validated config; out: results folder; registry: plugins (default installed + built-in metrics);
+        executor: ``local`` or ``ray``; progress: tqdm bar (default: only when stderr is a terminal).
+
+    Returns:
+        ``{"cells": total, "skipped": already done, "ran": newly written}``.
+
+    Raises:
+        ConfigError: unknown executor, Ray missing. RegistryError: unknown component names.
+    """
+    from tqdm.auto import tqdm
+
+    out = Path(out)
+    registry = bench_registry(registry)
+    units = plan(cfg, registry)  # bad names and params fail here, before anything is written
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / ".config.json.tmp"
+    tmp.write_text(cfg.model_dump_json(indent=2))
+    tmp.replace(out / "config.json")
+    done = done_cells(out)
+    todo = [(u, [c for c in cells if c.hash not in done]) for u, cells in units]
+    todo = [(u, cs) for u, cs in todo if cs]
+    total = sum(len(cs) for _, cs in units)
+    n_todo = sum(len(cs) for _, cs in todo)
+    show = sys.stderr.isatty() if progress is None else progress
+    bar = tqdm(total=n_todo, unit="cell", desc=f"bench {cfg.name}", disable=not show, dynamic_ncols=True)
+    try:
+        if executor == "local":
+            ctx = RunContext(cfg, registry)
+            for _, cells in todo:
+                for h, rows in run_unit(ctx, cells):
+                    write_part(out, h, rows)
+                    bar.update(1)
+        elif executor == "ray":
+            ray = _require_ray()
+            if not ray.is_initialized():
+                ray.init(log_to_driver=False)
+            task = ray.remote(_ray_unit)
+            cfg_json = cfg.model_dump_json()
+            pending = [task.remote(cfg_json, [asdict(c) for c in cells]) for _, cells in todo]
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                for h, rows in ray.get(ready[0]):
+                    write_part(out, h, rows)
+                    bar.update(1)
+        else:
+            raise ConfigError(f"unknown executor {executor!r} (choose local or ray)")
+    finally:
+        bar.close()
+    return {"cells": total, "skipped": total - n_todo, "ran": n_todo}

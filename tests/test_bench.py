@@ -1,0 +1,248 @@
+"""`sketchwm bench` / `sketchwm leaderboard`: resume after SIGKILL, third-party schemes, Ray, a real Chromium."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pandas as pd
+import torch
+import pytest
+
+from sketchwm.bench.config import BenchConfig, load_config
+from sketchwm.bench.leaderboard import build_leaderboard
+from sketchwm.bench.results import TIMING_COLUMNS, done_cells, read_results
+from sketchwm.bench.runner import bench_registry, plan, run_bench
+from sketchwm.errors import ConfigError
+from sketchwm.hookspecs import hookimpl
+from sketchwm.registry import Registry, get_plugin_manager
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tiny_config(**over) -> dict:
+    cfg = {
+        "name": "t", "backends": [{"name": "tiny"}], "schemes": [{"name": "global-sketch"}, {"name": "unigram"}],
+        "lengths": [16], "prompt_sets": [{"name": "w", "source": "tiny", "n": 6}], "keys": 2,
+        "n_null_cal": 99, "n_null_fpr": 20, "attacks": [{"name": "delete-random", "strengths": [0.2, 0.5]}],
+        "tokens_step": 4, "batch_size": 64, "sampler": {"steps": 4},
+    }
+    cfg.update(over)
+    return cfg
+
+
+def comparable(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows without wall-clock columns; values of wall-clock metrics (throughput) blanked."""
+    df = df.drop(columns=[c for c in TIMING_COLUMNS if c in df]).copy()
+    timed = df["deterministic"].eq(False)
+    df.loc[timed, "value"] = float("nan")
+    return df.sort_values(["cell_hash", "row_index"]).reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def local_run(tmp_path_factory):
+    """One uninterrupted local run of the tiny grid (shared by the comparisons and the page tests)."""
+    out = tmp_path_factory.mktemp("local")
+    cfg = BenchConfig.model_validate(tiny_config())
+    res = run_bench(cfg, out, progress=False)
+    assert res == {"cells": 12, "skipped": 0, "ran": 12}
+    return cfg, out
+
+
+def test_metrics_registered_through_the_hook(builtin_registry):
+    reg = bench_registry(builtin_registry)
+    names = reg.names("metric")
+    assert {"tpr@1%fpr", "tpr@0.1%fpr", "roc-auc", "tokens-to-detect", "oracle-ppl-ratio", "spoof-rate"} <= set(names)
+    for n in names:
+        cls = reg.get("metric", n)
+        assert cls.unit and cls.task and cls.higher_is_better in (True, False, None)
+
+
+def test_config_rejects_unknown_fields_and_names(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text("name: x\nschemes: [{name: unigram}]\nprompt_sets: [{name: a, n: 4}]\nbogus: 1\n")
+    with pytest.raises(ConfigError, match="unknown field 'bogus'"):
+        load_config(p)
+    cfg = BenchConfig.model_validate(tiny_config(schemes=[{"name": "unigramm"}]))
+    with pytest.raises(Exception, match="did you mean 'unigram'"):
+        plan(cfg, bench_registry())
+
+
+def test_results_rows_and_threshold_split(local_run):
+    cfg, out = local_run
+    df = read_results(out)
+    assert len(done_cells(out)) == 12
+    assert set(df["key_fingerprint"].unique()) and df["key_fingerprint"].nunique() == 2
+    for col in ("package_version", "git_commit", "model_id", "seed", "wall_time_s"):
+        assert col in df and df[col].notna().all()
+    clean = df[(df["cell_kind"] == "clean")]
+    assert (clean["row_type"] == "null_cal").groupby(clean["cell_hash"]).sum().eq(99).all()
+    assert (clean["row_type"] == "null_fpr").groupby(clean["cell_hash"]).sum().eq(20).all()
+    s = df[df["row_type"] == "summary"].set_index(["scheme", "key_index", "attack", "strength", "metric"])["value"]
+    assert 0 <= s[("unigram", 0, "none", 0.0, "tpr@1%fpr")] <= 1
+    # 0.1% FPR needs >= 999 null texts: flagged, not a number
+    notes = df[(df["metric"] == "tpr@0.1%fpr")]["note"]
+    assert notes.str.contains("needs >= 999").all()
+    assert df[(df["metric"] == "tpr@0.1%fpr")]["value"].isna().all()
+
+
+def test_sigkill_and_restart_equals_uninterrupted_run(local_run, tmp_path):
+    cfg, ref_out = local_run
+    cfg_path = tmp_path / "grid.json"
+    cfg_path.write_text(json.dumps(tiny_config()))
+    out = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "plugins"), str(ROOT / "attacks")])}
+    cmd = [sys.executable, "-m", "sketchwm.cli", "bench", "run", str(cfg_path), "--out", str(out), "--quiet"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and len(done_cells(out)) < 2:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the grid finished before it could be killed: " + proc.stderr.read().decode()[-500:]
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    n_killed = len(done_cells(out))
+    assert 2 <= n_killed < 12
+    read_results(out)  # every part left behind is a whole Parquet file
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-1000:]
+    assert f"{12 - n_killed} cells run, {n_killed} already done" in done.stderr
+    assert not list((out / "parts").glob(".*tmp"))
+    pd.testing.assert_frame_equal(comparable(read_results(out)), comparable(read_results(ref_out)))
+
+
+def _third_party_registry():
+    from sketchwm_baselines.unigram import UnigramScheme
+
+    class AcmeScheme(UnigramScheme):
+        """A third-party scheme (here a renamed unigram watermark), installed through an entry point."""
+
+        name = "acme-mark"
+
+    mod = types.ModuleType("acme_sketchwm_plugin")
+
+    def sketchwm_register_schemes():
+        return [AcmeScheme]
+
+    mod.sketchwm_register_schemes = hookimpl(sketchwm_register_schemes)
+
+    class FakeEntryPoint:
+        name = "acme"
+
+        def load(self):
+            return mod
+
+    eps = list(importlib.metadata.entry_points(group="sketchwm")) + [FakeEntryPoint()]
+    return bench_registry(Registry(get_plugin_manager(eps)))
+
+
+@pytest.fixture(scope="module")
+def board(tmp_path_factory):
+    """A leaderboard of the tiny grid plus a third-party scheme named only in the config."""
+    out = tmp_path_factory.mktemp("third")
+    cfg = BenchConfig.model_validate(tiny_config(
+        schemes=[{"name": "global-sketch"}, {"name": "acme-mark"}, {"name": "kgw-naive"}], keys=2, attacks=[
+            {"name": "delete-random", "strengths": [0.2, 0.5]}]))
+    run_bench(cfg, out, registry=_third_party_registry(), progress=False)
+    build_leaderboard(out, out / "board", command="sketchwm bench run grid.json --out runs/x")
+    return out / "board"
+
+
+def test_third_party_scheme_on_the_leaderboard(board):
+    md = (board / "leaderboard.md").read_text()
+    assert "| acme-mark |" in md and "### Clean power" in md and "### Robustness: deletion" in md
+    page = (board / "index.html").read_text()
+    assert 'data-scheme="acme-mark"' in page
+    assert "http://" not in page and "https://" not in page  # offline: nothing fetched
+
+
+def test_export_csv(local_run, tmp_path):
+    from sketchwm.cli import main
+
+    _, out = local_run
+    assert main(["bench", "export", str(out), "--csv", str(tmp_path / "all.csv")]) == 0
+    assert len(pd.read_csv(tmp_path / "all.csv")) == len(read_results(out))
+
+
+def test_ray_executor_matches_local(local_run, tmp_path):
+    ray = pytest.importorskip("ray", reason="Ray not installed (pip install 'sketchwm[ray]')")
+    cfg, ref_out = local_run
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "plugins"), str(ROOT / "attacks")])}})
+    try:
+        res = run_bench(cfg, tmp_path / "ray", executor="ray", progress=False)
+    finally:
+        ray.shutdown()
+    assert res["ran"] == 12
+    pd.testing.assert_frame_equal(comparable(read_results(tmp_path / "ray")), comparable(read_results(ref_out)))
+
+
+def test_ray_missing_says_how_to_install(local_run, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)
+    with pytest.raises(ConfigError, match=r"pip install 'sketchwm\[ray\]'"):
+        run_bench(local_run[0], tmp_path / "r", executor="ray", progress=False)
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def test_leaderboard_page_in_chromium(board):
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install playwright)")
+    exe = _chromium()
+    if exe is None:
+        pytest.skip("no Chromium binary on PATH (Debian: apt-get install -y chromium)")
+    errors: list[str] = []
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto((board / "index.html").resolve().as_uri())
+        table = page.locator("#table-clean-power")
+        rows = table.locator("tbody tr").evaluate_all("rs => rs.map(r => r.dataset.scheme)")
+        assert sorted(rows) == ["acme-mark", "global-sketch", "kgw-naive"]
+        headers = table.locator("thead th").all_text_contents()
+        col = next(i for i, h in enumerate(headers) if h.startswith("roc-auc"))
+        th = table.locator("thead th").nth(col)
+        values = lambda: table.locator("tbody tr").evaluate_all(  # noqa: E731
+            f"rs => rs.map(r => parseFloat(r.cells[{col}].dataset.v))")
+        th.click()
+        asc = values()
+        assert asc == sorted(asc)
+        th.click()
+        desc = values()
+        assert desc == sorted(desc, reverse=True)
+        imgs = page.locator("img").evaluate_all("is => is.map(i => [i.id, i.complete && i.naturalWidth > 0])")
+        assert {i for i, _ in imgs} >= {"plot-roc", "plot-tpr-vs-strength", "plot-tpr-vs-tokens"}
+        assert all(ok for _, ok in imgs)
+        browser.close()
+    assert errors == []
+
+
+def test_kl_recorder_leaves_texts_unchanged():
+    from sketchwm.bench.runner import RunContext, Unit
+
+    cfg = BenchConfig.model_validate(tiny_config())
+    ctx = RunContext(cfg)
+    prompts = ctx.prompts(0)["eval"]
+    for name, tilts in (("global-sketch", True), ("aar-gumbel", False)):
+        scheme = ctx.scheme(Unit(name, name, "{}", 0, 0, 16, 0))
+        kl: list = []
+        with_kl, _ = ctx.generate(0, 16, prompts, scheme, seed=3, kl=kl)
+        plain, _ = ctx.generate(0, 16, prompts, scheme, seed=3)
+        assert with_kl == plain
+        kl_all = torch.cat(kl)
+        assert kl_all.numel() >= len(prompts) * 16 and (kl_all >= -1e-9).all()
+        assert (float(kl_all.mean()) > 1e-4) == tilts  # AAR samples with keyed uniforms, it does not tilt
