@@ -448,7 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_attack_command(sub, parents=[common])
     from .bench.cli import add_subparsers as add_bench_subparsers
 
-    add_bench_subparsers(sub)
+    add_bench_subparsers(sub, parents=[common])
     return p
 
 

@@ -27,11 +27,12 @@ def cmd_bench_export(args: argparse.Namespace) -> int:
     """Write all rows of a results folder as one CSV (atomically)."""
     from .results import read_results
 
+    from ..io import atomic_write
+
     df = read_results(args.results)
     out = Path(args.csv)
-    tmp = out.with_name(f".{out.name}.tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(out)
+    with atomic_write(out, newline="") as f:
+        df.to_csv(f, index=False)
     print(f"wrote {len(df)} rows to {out}", file=sys.stderr)
     return 0
 
@@ -45,22 +46,28 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_subparsers(sub: "argparse._SubParsersAction") -> None:
-    """Add ``bench`` (``run``, ``export``) and ``leaderboard`` to the ``sketchwm`` subparsers."""
-    b = sub.add_parser("bench", help="run a benchmark grid (YAML/JSON config) → Parquet results")
+def add_subparsers(sub: "argparse._SubParsersAction", parents: "list[argparse.ArgumentParser] | tuple" = ()) -> None:
+    """Add ``bench`` (``run``, ``export``) and ``leaderboard`` to the ``sketchwm`` subparsers.
+
+    Args:
+        sub: the main parser's subparsers action.
+        parents: options every sub-command shares (``--debug``).
+    """
+    parents = list(parents)
+    b = sub.add_parser("bench", parents=parents, help="run a benchmark grid (YAML/JSON config) → Parquet results")
     bsub = b.add_subparsers(dest="bench_command", required=True)
-    r = bsub.add_parser("run", help="run or resume a grid; finished cells are skipped")
+    r = bsub.add_parser("run", parents=parents, help="run or resume a grid; finished cells are skipped")
     r.add_argument("config", help="benchmark config (.yaml, .yml or .json)")
     r.add_argument("--out", required=True, help="results folder (parts/<cell hash>.parquet)")
     r.add_argument("--executor", choices=["local", "ray"], default="local",
                    help="local (this process) or ray (one Ray task per unit; pip install 'sketchwm[ray]')")
     r.add_argument("--quiet", action="store_true", help="no progress bar")
     r.set_defaults(func=cmd_bench_run)
-    e = bsub.add_parser("export", help="write all result rows as CSV")
+    e = bsub.add_parser("export", parents=parents, help="write all result rows as CSV")
     e.add_argument("results", help="results folder")
     e.add_argument("--csv", required=True, help="output CSV file")
     e.set_defaults(func=cmd_bench_export)
-    lb = sub.add_parser("leaderboard", help="Markdown, CSV pivots and an offline index.html from bench results")
+    lb = sub.add_parser("leaderboard", parents=parents, help="Markdown, CSV pivots and an offline index.html from bench results")
     lb.add_argument("results", help="results folder written by `sketchwm bench run`")
     lb.add_argument("--out", required=True, help="output folder")
     lb.add_argument("--readme", help="also replace the leaderboard section of this README (between markers)")
