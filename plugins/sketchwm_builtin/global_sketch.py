@@ -272,16 +272,37 @@ class GlobalSketchScheme(WatermarkScheme):
         return keyed_signs(self._dir_seed, counter)
 
     # ------------------------------------------------------------------ embedding
-    def eta(self, step: int, total_steps: int, n_tokens: int) -> float:
-        """η_t = δ·√N·s(t) for 0-based ``step`` of ``total_steps``."""
+    def denoising_time(self, step: DenoiseStep) -> torch.Tensor:
+        """The paper's reverse time as a fraction, τ = t/T ∈ [0, 1], of each text at this step: (B,) float32.
+
+        τ is the fraction of the positions being denoised that are still masked before the step:
+        the masked fraction of the canvas (τ = 1 on the all-[MASK] state S_T, 0 on S_0) when it is
+        decoded as one block. A semi-autoregressive sampler is a sequence of such reverse
+        processes, one per block, each conditioned on the blocks before it (LLaDA's
+        semi-autoregressive remasking): every block runs through τ = 1 → 0 in its own steps, and
+        τ is the masked fraction of the current block (``step.block``). So every position is
+        tilted at the same point of its own denoising, and ``late`` tilts the end of every block,
+        the first included (a global step counter would leave the first blocks, often all of a
+        text that stops early, untilted). τ is read off the state, not a step counter, so loops
+        outside the engine (other transfer schedules, user-driven samplers) get the same η_t.
+        """
+        b0, b1 = step.block
+        return step.masked[:, b0:b1].float().mean(1)
+
+    def schedule_weight(self, tau: torch.Tensor, block_steps: int) -> torch.Tensor:
+        """s(τ) of η_t = δ·√n̂·s(τ): τ (B,) → (B,) float32 in [0, 1].
+
+        ``constant``: 1. ``late``: 1 when τ ≤ ``late_fraction`` (the last fraction of the
+        denoising of each block), else 0. ``ramp``: 1 − τ + 1/T_b (the fraction of the block
+        decided once the step is done under an even transfer schedule), from 1/T_b at the first
+        step of a block to 1 at its last; T_b = ``block_steps``.
+        """
         p = self.params
         if p.schedule == "constant":
-            s = 1.0
-        elif p.schedule == "late":
-            s = 1.0 if step >= (1.0 - p.late_fraction) * total_steps else 0.0
-        else:
-            s = (step + 1) / total_steps
-        return p.delta * math.sqrt(n_tokens) * s
+            return torch.ones_like(tau)
+        if p.schedule == "late":
+            return (tau <= p.late_fraction + 1e-6).to(tau.dtype)
+        return (1.0 - tau + 1.0 / max(1, block_steps)).clamp(0.0, 1.0)
 
     def begin(self, batch_size: int, gen_length: int, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> None:
         """Remember N = gen_length for η_t and the 1/√N normalisation."""
@@ -304,9 +325,14 @@ class GlobalSketchScheme(WatermarkScheme):
 
     def marginal_gradient(
         self, rows_logits: torch.Tensor, marg_logits: torch.Tensor, marg_valid: torch.Tensor,
-        tokens: torch.Tensor, masked: torch.Tensor,
+        tokens: torch.Tensor, masked: torch.Tensor, marg_positions: torch.Tensor | None = None,
+        row_index: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """a_{k,t}(v) = ½ ∂S(ĥ)/∂p_i(v) at the rows to tilt (eq. 6, and its presence analogue).
+
+        With a stop token (:meth:`set_stop_token`) ĥ is the expected sketch of the text cut at
+        its first EOS (:meth:`Sketch.expected_weights_stopping`), n̂ its expected normaliser, and
+        a is zero at EOS.
 
         Args:
             rows_logits: (B, K, V) float32, the marginals (as logits) of the rows to tilt.
@@ -314,26 +340,46 @@ class GlobalSketchScheme(WatermarkScheme):
                 full (B, G, V) state with ``marg_valid`` = M_t); not modified.
             marg_valid: (B, M) bool, which rows of ``marg_logits`` are masked positions.
             tokens: (B, G) int64 current tokens; masked: (B, G) bool, M_t.
+            marg_positions: (B, M) int64 canvas positions of the rows of ``marg_logits`` (None: row
+                j is position j, the full state). Used with a stop token only.
+            row_index: (B, K) int64, the row of ``marg_logits`` each tilted row is (None: the tilted
+                rows are the rows of ``marg_logits``). Used with a stop token only.
 
         Returns:
-            a: (B, 1, V) float32 for ``count`` (the same at every row: ⟨r, φ(v)⟩ / √N, eq. 6), or
-            (B, K, V) for ``presence`` (⟨r, ∂ĥ/∂p_i(v)⟩, zero on tokens already present); and n̂
-            (B,) float32, the normaliser (N, or the expected number of distinct kept tokens).
+            a: (B, 1, V) float32 for ``count`` without a stop token (the same at every row:
+            ⟨r, φ(v)⟩ / √N, eq. 6), else (B, K, V) (⟨r, ∂ĥ/∂p_i(v)⟩; zero on tokens already
+            present for ``presence``); and n̂ (B,) float32, the normaliser (N, E[L], or the expected
+            number of distinct kept tokens).
         """
         N = tokens.shape[1]
-        frozen = self.sketch.counts(tokens.clamp(0, self.vocab_size - 1), ~masked)  # (B, V)
+        eos = self.stop_token_id
         probs = self._softmax_into_buffer(marg_logits)  # (B, M, V), buffer
-        w_hat, n_hat, log_absent = self.sketch.expected_weights(frozen, probs, marg_valid, N)  # (B, V), (B,)
+        if eos is not None:
+            pos = marg_positions if marg_positions is not None else torch.arange(
+                probs.shape[1], device=probs.device).expand(probs.shape[0], -1)
+            w_hat, n_hat, dw = self.sketch.expected_weights_stopping(tokens, masked, probs, pos, marg_valid, eos)
+            frozen = None
+        else:
+            frozen = self.sketch.counts(tokens.clamp(0, self.vocab_size - 1), ~masked)  # (B, V)
+            w_hat, n_hat, log_absent = self.sketch.expected_weights(frozen, probs, marg_valid, N)  # (B, V), (B,)
         root = n_hat.sqrt()[:, None]  # (B, 1)
         h_hat = self.sketch.project(w_hat) / root  # (B, D), eq. 5
         r = self.score_fn.residual(self.u, h_hat)  # (B, D), ½∇_h S at ĥ
         t = self.sketch.token_scores(r)  # (B, V) ⟨r, φ(v)⟩
+        if self.sketch.counting == "count":  # n̂ (N or E[L]) does not depend on the content marginals
+            dS_dw = t / root
+        else:  # ĥ = Φᵀŵ/√n̂, n̂ = Σ_v keep_v ŵ_v: ∂ĥ/∂ŵ_v = (φ(v) − ½ keep_v ĥ/√n̂)/√n̂
+            keep = self.sketch.keep.to(t) if self.sketch.keep is not None else torch.ones_like(t[0])
+            dS_dw = (t - 0.5 * (r * h_hat).sum(1, keepdim=True) / root * keep[None, :]) / root  # (B, V)
+        if eos is not None:  # a_i(v) = ∂ŵ_v/∂p_i(v) · ∂(½S)/∂ŵ_v, EOS untilted
+            if row_index is not None:
+                dw = torch.gather(dw, 1, row_index[..., None].expand(-1, -1, dw.shape[-1]))  # (B, K, ·)
+            a = dw * dS_dw[:, None, :]
+            a[..., eos] = 0.0
+            return a, n_hat
         if log_absent is None:  # count: ∂ĥ/∂p_i(v) = φ(v)/√N at every masked row
-            return (t / root)[:, None, :], n_hat
-        # presence: ĥ = Φᵀŵ/√n̂, ŵ_v = 1 − Π_j(1 − p_j(v)), n̂ = Σ_v keep_v ŵ_v:
-        # ∂ĥ/∂ŵ_v = (φ(v) − ½ keep_v ĥ/√n̂)/√n̂ and ∂ŵ_v/∂p_i(v) = Π_{j≠i}(1 − p_j(v)) (0 if v is frozen)
-        keep = self.sketch.keep.to(t) if self.sketch.keep is not None else torch.ones_like(t[0])
-        dS_dw = (t - 0.5 * (r * h_hat).sum(1, keepdim=True) / root * keep[None, :]) / root  # (B, V)
+            return dS_dw[:, None, :], n_hat
+        # presence: ∂ŵ_v/∂p_i(v) = Π_{j≠i}(1 − p_j(v)) (0 if v is frozen)
         row_log1m = torch.log1p(-torch.softmax(rows_logits, dim=-1).clamp_(max=1 - 1e-6))  # (B, K, V)
         others = torch.exp(log_absent[:, None, :] - row_log1m)  # (B, K, V) Π_{j≠i}(1 − p_j(v))
         others = others.masked_fill_((frozen > 0)[:, None, :], 0.0)
@@ -349,23 +395,52 @@ class GlobalSketchScheme(WatermarkScheme):
         """a_{k,t}(v) of eq. (6) from packed masked marginals (``DenoiseStep.masked_logits`` (B, M, V),
         ``masked_valid`` (B, M)); the rows tilted are ``rows_logits`` (default: the packed rows)."""
         rows = masked_logits if rows_logits is None else rows_logits
-        return self.marginal_gradient(rows, masked_logits, masked_valid, tokens, masked)[0]
+        mpos = None
+        if self.stop_token_id is not None:  # packed rows are the masked positions in order (as the engine packs them)
+            from sketchwm.engine import packed_masked_positions
+
+            mpos = packed_masked_positions(masked)[0][:, : masked_logits.shape[1]]
+        return self.marginal_gradient(rows, masked_logits, masked_valid, tokens, masked, mpos)[0]
 
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
         """Exponential tilt of eq. (7) in logit space: logits + η_t a_{k,t}, (B, G, V) (or (B, K, V)
         on the sampled rows when the engine packs the masked marginals into ``step.masked_logits``).
 
-        η_t = δ·√n̂·s(t): n̂ = N for ``count`` (so the shift is δ·s(t)·⟨r, φ(v)⟩, as before), the
-        expected number of distinct kept tokens for ``presence``. Modifies ``step.logits`` in place.
+        η_t = δ·√n̂·s(τ) per text (τ: :meth:`denoising_time`, s: :meth:`schedule_weight`): n̂ = N
+        for ``count`` (so the shift is δ·s·⟨r, φ(v)⟩, as before), the expected number of distinct
+        kept tokens for ``presence`` (expected length / distinct tokens of the cut text with a
+        stop token). With a stop token EOS is not tilted as a content token: its probability is
+        kept exactly, p̃_i(e) = p_i(e), and the other tokens are tilted among themselves,
+        p̃_i(v) = (1 − p_i(e))·p_i(v)e^{η a(v)} / Σ_{z≠e} p_i(z)e^{η a(z)}, so the watermark does
+        not move the model's decision to stop at this step. Modifies ``step.logits`` in place.
         """
-        s = self.eta(step.step, step.total_steps, 1)  # δ·s(t)
-        if s == 0.0:
+        b0, b1 = step.block
+        n_blocks = max(1, step.tokens.shape[1] // max(1, b1 - b0))
+        s = self.params.delta * self.schedule_weight(self.denoising_time(step), step.total_steps // n_blocks)  # (B,)
+        if not bool((s > 0).any()):
             return step.logits
         if step.masked_logits is not None:  # packed masked rows; step.logits holds the sampled rows
-            a, n_hat = self.marginal_gradient(step.logits, step.masked_logits, step.masked_valid, step.tokens, step.masked)
+            row_index = None
+            if self.stop_token_id is not None and step.positions is not None:
+                M = step.masked_positions.shape[1]
+                row_of = torch.zeros_like(step.tokens).scatter_(
+                    1, step.masked_positions, torch.arange(M, device=step.tokens.device).expand(step.tokens.shape[0], -1))
+                row_index = torch.gather(row_of, 1, step.positions)  # (B, K)
+            a, n_hat = self.marginal_gradient(step.logits, step.masked_logits, step.masked_valid, step.tokens, step.masked,
+                                              step.masked_positions, row_index)
         else:
             a, n_hat = self.marginal_gradient(step.logits, step.logits, step.masked, step.tokens, step.masked)
-        return step.logits.add_(a.mul_(s * n_hat.sqrt()[:, None, None]))  # (B, G|K, V)
+        eos = self.stop_token_id
+        if eos is None:
+            return step.logits.add_(a.mul_((s * n_hat.sqrt())[:, None, None]))  # (B, G|K, V)
+        logits = step.logits
+        eos_logit = logits[..., eos].clone()  # (B, K)
+        logits[..., eos] = float("-inf")
+        lse_before = torch.logsumexp(logits, -1)  # (B, K) log Σ_{z≠e} exp(logit z)
+        logits.add_(a.mul_((s * n_hat.sqrt())[:, None, None]))
+        shift = torch.logsumexp(logits, -1) - lse_before  # log of the content tilt's normaliser
+        logits[..., eos] = eos_logit + torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
+        return logits
 
     # ------------------------------------------------------------------ detection
     def token_weights(self) -> torch.Tensor:
