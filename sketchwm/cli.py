@@ -1,4 +1,4 @@
-"""Command-line interface: ``sketchwm keygen | generate | detect | calibrate | plugins | demo | attack``.
+"""Command-line interface: ``sketchwm keygen | generate | detect | calibrate | plugins | demo | attack | prior``.
 
 Errors from bad input print one line on stderr (``sketchwm: error: ...``) and exit with status 2,
 without a traceback. Outputs are written atomically: a failure never truncates an existing file.
@@ -227,6 +227,9 @@ def build_parser() -> argparse.ArgumentParser:
         add_attack_command(sub)
     except ImportError:
         pass
+    from .cli_prior import add_prior_command
+
+    add_prior_command(sub)
     return p
 
 

@@ -119,6 +119,8 @@ class Calibration(StrictModel):
         tokenizer: tokenizer fingerprint.
         alpha: target false-positive rate.
         source: description of the null texts (e.g. "model samples", "human passages").
+        token_prior: the fingerprint of the token prior the scheme resolved (16 hex of its SHA-256,
+            or "uniform"; "" for schemes without one and for files written before it was recorded).
         bins: thresholds per length bin.
         sketchwm_version, created: provenance.
     """
@@ -131,6 +133,7 @@ class Calibration(StrictModel):
     tokenizer: str
     alpha: float = Field(gt=0, lt=1)
     source: str = ""
+    token_prior: str = ""
     bins: list[LengthBin]
     sketchwm_version: str = __version__
     created: str = ""
@@ -192,6 +195,9 @@ class Calibration(StrictModel):
             raise CalibrationError(f"calibration was made for another scheme configuration ({self.scheme}/{self.scheme_config_hash})")
         if self.tokenizer != tokenizer_fp:
             raise CalibrationError("calibration was made with a different tokenizer")
+        prior = getattr(scheme, "prior_fingerprint", "")
+        if self.token_prior and prior and self.token_prior != prior:
+            raise CalibrationError(f"calibration was made with token prior {self.token_prior}, the scheme uses token prior {prior}")
 
 
 def conformal_quantile(scores: torch.Tensor, alpha: float) -> float:
@@ -401,5 +407,5 @@ def calibrate(
     return Calibration(
         key_fingerprint=detector.key_fingerprint, scheme=detector.scheme.name,
         scheme_config_hash=config_hash(detector.scheme.params), model_id=model_id, tokenizer=detector.tokenizer_fp,
-        alpha=alpha, source=source, bins=bins, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        alpha=alpha, source=source, token_prior=getattr(detector.scheme, "prior_fingerprint", ""), bins=bins, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )

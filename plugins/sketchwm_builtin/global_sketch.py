@@ -58,7 +58,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+import warnings
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -75,40 +77,73 @@ __all__ = ["GlobalSketchScheme", "GlobalSketchParams", "PriorSpec", "Attribution
 
 
 class PriorSpec(StrictModel):
-    """Where the token prior π_tok for sign balancing (eq. 4) comes from.
+    """Where the token prior π_tok for sign balancing (eq. 4) comes from, and what it must match.
 
     Attributes:
-        source: ``auto`` (the packaged training-corpus counts when they match the vocabulary, else
-            uniform), ``packaged`` (named counts shipped with sketchwm), ``file`` (a ``.pt``/``.npy``
-            of V counts, e.g. estimated from unwatermarked model samples), ``uniform`` (no balancing).
+        source: ``auto`` (the packaged training-corpus counts when they belong to the backend's
+            vocabulary and tokenizer, else uniform with a warning), ``packaged`` (named counts shipped
+            with sketchwm; an error when they do not belong to the backend), ``file`` (a prior saved
+            by :class:`sketchwm.token_prior.TokenPrior`, or a ``.npy``/``.pt`` of V counts),
+            ``uniform`` (no balancing; the background null then assumes uniform token frequencies).
         name: packaged counts name (``source="packaged"``).
         path: counts file (``source="file"``).
         sha256: expected SHA-256 of the counts (checked when given), so the detector rebuilds
             identical tables.
+        vocab_size: V the prior was estimated for (checked when > 0).
+        tokenizer: fingerprint of the tokenizer it was estimated with (checked against the file's
+            record and the backend's tokenizer when given).
     """
 
     source: Literal["auto", "packaged", "file", "uniform"] = "auto"
     name: str = "default-train"
     path: str = ""
     sha256: str = ""
+    vocab_size: int = Field(0, ge=0)
+    tokenizer: str = ""
 
 
-def _counts_digest(counts: torch.Tensor) -> str:
-    return hashlib.sha256(counts.to(torch.float64).cpu().numpy().tobytes()).hexdigest()
+@lru_cache(maxsize=1)
+def _packaged_tokenizer_fingerprint() -> str:
+    """Fingerprint of the tokenizer the packaged counts were made with (the default model's), or ""."""
+    try:
+        from transformers import AutoTokenizer
+
+        from sketchwm.components import tokenizer_fingerprint
+        from sketchwm.default_model import MODEL_DIR
+
+        return tokenizer_fingerprint(AutoTokenizer.from_pretrained(str(MODEL_DIR), local_files_only=True))
+    except Exception:  # noqa: BLE001 - no shipped tokenizer: the vocabulary size is the only check
+        return ""
 
 
-def resolve_prior(spec: PriorSpec, vocab_size: int) -> tuple[torch.Tensor | None, dict[str, Any]]:
-    """Load π_tok counts for ``spec``.
+def resolve_prior(spec: PriorSpec, vocab_size: int,
+                  tokenizer_fingerprint: str | None = None) -> tuple[torch.Tensor | None, dict[str, Any]]:
+    """Load π_tok counts for ``spec`` and check that they belong to this vocabulary and tokenizer.
+
+    Args:
+        spec: the scheme's ``prior`` params.
+        vocab_size: V of the backend.
+        tokenizer_fingerprint: the backend's tokenizer fingerprint, or None (not checked).
 
     Returns:
-        (counts (V,) float64 or None for uniform, description dict with ``source`` and ``sha256``).
+        (counts (V,) float64 or None for uniform, description dict with ``source``, ``sha256``,
+        ``vocab_size`` and ``tokenizer`` where known).
 
     Raises:
-        ConfigError: missing/unknown counts, wrong length, or SHA-256 mismatch.
+        ConfigError: missing/unknown counts, wrong length, SHA-256 mismatch, or a prior made for
+        another vocabulary or tokenizer.
     """
     counts: torch.Tensor | None = None
     desc: dict[str, Any] = {"source": spec.source}
+    tok = tokenizer_fingerprint or ""
+    if spec.vocab_size and spec.vocab_size != vocab_size:
+        raise ConfigError(f"the token prior was estimated for a vocabulary of {spec.vocab_size} ids, the backend has "
+                          f"{vocab_size}: estimate one for this model (`sketchwm prior estimate`)")
+    if spec.tokenizer and tok and spec.tokenizer != tok:
+        raise ConfigError(f"the token prior was estimated with tokenizer {spec.tokenizer}, the backend's tokenizer is "
+                          f"{tok}: estimate one for this model (`sketchwm prior estimate`)")
     if spec.source in ("auto", "packaged"):
+        why = ""
         try:
             from sketchwm.data import load_token_counts
 
@@ -117,32 +152,41 @@ def resolve_prior(spec: PriorSpec, vocab_size: int) -> tuple[torch.Tensor | None
         except (ImportError, ValueError, FileNotFoundError, OSError) as exc:
             if spec.source == "packaged":
                 raise ConfigError(f"packaged token counts '{spec.name}' are not available: {exc}") from None
-            counts = None
+            counts, why = None, "no packaged token counts"
         if counts is not None and counts.numel() != vocab_size:
-            if spec.source == "packaged":
-                raise ConfigError(f"packaged token counts '{spec.name}' have {counts.numel()} entries, vocabulary has {vocab_size}")
+            why = f"packaged token counts '{spec.name}' have {counts.numel()} entries, vocabulary has {vocab_size}"
+            counts = None
+        elif counts is not None and tok and _packaged_tokenizer_fingerprint() not in ("", tok):
+            why = (f"packaged token counts '{spec.name}' belong to tokenizer {_packaged_tokenizer_fingerprint()}, "
+                   f"the backend's is {tok}")
             counts = None
         if counts is None:
-            desc = {"source": "uniform"}
-    elif spec.source == "file":
-        p = Path(spec.path)
-        if not p.exists():
-            raise ConfigError(f"token prior file not found: {p}")
-        if p.suffix == ".npy":
-            import numpy as np
-
-            counts = torch.from_numpy(np.load(p)).to(torch.float64)
+            if spec.source == "packaged":
+                raise ConfigError(why)
+            warnings.warn(f"token prior: {why}; using a uniform prior (signs not balanced, no excluded tokens, and the "
+                          "background null's p-values assume uniform token frequencies). Estimate one with "
+                          "`sketchwm prior estimate` and pass it as the scheme's prior.", UserWarning, stacklevel=3)
+            desc = {"source": "uniform", "auto": why}
         else:
-            counts = torch.as_tensor(torch.load(p, map_location="cpu", weights_only=True), dtype=torch.float64)
-        counts = counts.flatten()
-        if counts.numel() != vocab_size:
-            raise ConfigError(f"token prior file {p} has {counts.numel()} entries, vocabulary has {vocab_size}")
-        desc.update(path=str(p))
+            desc["tokenizer"] = _packaged_tokenizer_fingerprint()
+    elif spec.source == "file":
+        from sketchwm.token_prior import TokenPrior
+
+        loaded = TokenPrior.load(spec.path)
+        counts = loaded.counts
+        if counts.numel() != vocab_size or loaded.vocab_size != vocab_size:
+            raise ConfigError(f"token prior file {spec.path} has {counts.numel()} entries, vocabulary has {vocab_size}")
+        if loaded.tokenizer and (spec.tokenizer or tok) and loaded.tokenizer != (spec.tokenizer or tok):
+            raise ConfigError(f"token prior file {spec.path} was estimated with tokenizer {loaded.tokenizer}, not "
+                              f"{spec.tokenizer or tok}")
+        desc.update(path=spec.path, tokenizer=loaded.tokenizer or spec.tokenizer)
     if counts is not None:
-        digest = _counts_digest(counts)
+        from sketchwm.token_prior import counts_sha256
+
+        digest = counts_sha256(counts)
         if spec.sha256 and spec.sha256 != digest:
             raise ConfigError(f"token prior SHA-256 mismatch: config expects {spec.sha256[:12]}…, found {digest[:12]}…")
-        desc["sha256"] = digest
+        desc.update(sha256=digest, vocab_size=vocab_size)
     return counts, desc
 
 
@@ -225,9 +269,11 @@ class GlobalSketchScheme(WatermarkScheme):
         vocab_size: V.
         device: where tables live.
         registry: registry to resolve the sketch/score names (default: installed plugins).
+        tokenizer_fingerprint: the backend's tokenizer fingerprint; the token prior must belong to it
+            (None: only V is checked).
 
     Raises:
-        ConfigError: bad params, unknown sketch/score, prior that does not match V.
+        ConfigError: bad params, unknown sketch/score, prior that does not match V or the tokenizer.
     """
 
     name = "global-sketch"
@@ -236,14 +282,17 @@ class GlobalSketchScheme(WatermarkScheme):
     #: shift at every position: the engine may pass the masked rows packed and tilt only the sampled ones.
     packed_marginals = True
 
-    def __init__(self, params: Any, key: Any, vocab_size: int, device="cpu", registry: Any = None):
+    def __init__(self, params: Any, key: Any, vocab_size: int, device="cpu", registry: Any = None,
+                 tokenizer_fingerprint: str | None = None):
         super().__init__(params, key, vocab_size, device)
         from sketchwm.registry import get_registry
 
         reg = registry or get_registry()
         p = self.params
         self.min_tokens = p.min_tokens
-        prior, self.prior_desc = resolve_prior(p.prior, self.vocab_size)
+        prior, self.prior_desc = resolve_prior(p.prior, self.vocab_size, tokenizer_fingerprint)
+        #: the resolved prior's identity, stored in calibrations: 16 hex of its SHA-256, or "uniform"
+        self.prior_fingerprint = self.prior_desc.get("sha256", "uniform")[:16]
         k_sk, k_dir = key.subkey("k_sk"), key.subkey("k_dir")
         self._dir_seed = k_dir.seed("direction")
         self.sketch = reg.create("sketch", p.sketch.name, p.sketch.params, k_sk, self.vocab_size, prior, self.device)
