@@ -245,8 +245,6 @@ class Sketch(Component):
         inside = (positions < f[:, None]) & valid  # (B, M) masked rows before the first frozen EOS
         p_e = probs[..., eos] * inside.to(probs.dtype)  # (B, M)
         keep = None if self.keep is None else self.keep.to(dev, torch.float32)[None, :]
-        content = torch.ones(V, dtype=torch.float32, device=dev)
-        content[eos] = 0.0
         if self.counting == "count":
             # log survival per canvas position: log(1 − p_i(e)); frozen EOS −inf, other frozen 0
             ls = torch.zeros(B, G, dtype=torch.float32, device=dev)
@@ -259,7 +257,8 @@ class Sketch(Component):
             w = torch.bmm(r_rows[:, None, :], probs)[:, 0]  # (B, V)
             fr = torch.zeros(B, V, dtype=torch.float32, device=dev).scatter_add_(
                 1, tokens.clamp(0, V - 1), torch.where(frozen, r, torch.zeros_like(r)))
-            w = (w + fr) * content[None, :]
+            w = w + fr
+            w[:, eos] = 0.0
             if keep is not None:
                 w = w * keep
             return w, n_hat, r_rows[..., None]
@@ -272,15 +271,16 @@ class Sketch(Component):
         ell = probs.neg_().add_(1.0 - p_e[..., None]).clamp_(min=1e-6).log_().mul_(inside.to(probs.dtype)[..., None])
         incl = torch.cumsum(ell, 1)  # (B, M, V)
         a_final = torch.exp(incl[:, -1]) * (f[:, None] <= g).to(probs.dtype)  # (B, V) [f ≤ g_v] A_f(v)
-        cond = (positions[:, :, None] < fg[:, None, :]) & inside[..., None]  # (B, M, V) row before min(f, g_v)
-        terms = incl.sub_(ell).exp_().mul_(p_e[..., None]).masked_fill_(~cond, 0.0)  # A_L(v) p_L(e), (B, M, V)
+        after = (positions[:, :, None] >= fg[:, None, :]) | ~inside[..., None]  # (B, M, V) row not before min(f, g_v)
+        terms = incl.sub_(ell).exp_().mul_(p_e[..., None]).masked_fill_(after, 0.0)  # A_L(v) p_L(e), (B, M, V)
         p0 = terms.sum(1) + a_final  # (B, V) P(x_v = 0)
-        w = (1.0 - p0).clamp_(0.0, 1.0) * content[None, :]
+        w = (1.0 - p0).clamp_(0.0, 1.0)
+        w[:, eos] = 0.0
         if keep is not None:
             w = w * keep
         # tail Σ_{L>i} A_L p_L(e) + A_G, divided by row i's own factor
-        dw = terms.cumsum_(1).neg_().add_(p0[:, None, :]).mul_(ell.neg_().exp_())
-        dw = dw.masked_fill_(~cond, 0.0).mul_(content[None, None, :])
+        dw = terms.cumsum_(1).neg_().add_(p0[:, None, :]).mul_(ell.neg_().exp_()).masked_fill_(after, 0.0)
+        dw[..., eos] = 0.0
         return w, w.sum(1).clamp_min(1.0), dw
 
 

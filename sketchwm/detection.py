@@ -186,7 +186,7 @@ class Calibration(StrictModel):
             raise CalibrationError(f"malformed calibration file {p}: {exc}") from None
 
     def check_matches(self, key_fingerprint: str, scheme: WatermarkScheme, tokenizer_fp: str) -> None:
-        """Raise :class:`CalibrationError` if this calibration belongs to another key, scheme or tokenizer."""
+        """Raise :class:`CalibrationError` if this calibration belongs to another key, scheme, tokenizer or token prior."""
         if self.key_fingerprint != key_fingerprint:
             raise CalibrationError(
                 f"calibration was made for key {self.key_fingerprint}, not for key {key_fingerprint}"

@@ -6,8 +6,12 @@ Embedding (Alg. 1): at each denoising step with η_t > 0,
   3. per-token score a_{k,t}(v) = ⟨r_{k,t}, φ_k(v)⟩ / √N (eq. 6),
   4. exponential tilt p̃_i ∝ p_i · exp(η_t a_{k,t}) of every masked marginal (eq. 7), done in
      logit space: logits + η_t a (the sampler's softmax/Gumbel-max normalises).
-η_t = δ·√N·s(t) with a schedule s: ``constant`` (1), ``late`` (1 only in the last fraction of
-steps) or ``ramp`` (linear from 1/T to 1). The √N makes δ the typical logit shift per unit of
+η_t = δ·√N·s(τ) with a schedule s of the paper's reverse time τ = t/T ∈ [0, 1]: ``constant`` (1),
+``late`` (1 only once τ ≤ ``late_fraction``) or ``ramp`` (1 − τ + 1/T_b, from 1/T_b to 1). τ is the
+masked fraction of the positions being denoised: of the canvas with one block; with
+semi-autoregressive blocks, each block is its own reverse process from τ = 1 to 0 (conditioned on
+the blocks before it), so ``late`` tilts the end of every block, the first included
+(:meth:`GlobalSketchScheme.denoising_time`). The √N makes δ the typical logit shift per unit of
 ⟨r, φ(v)⟩, independent of the length.
 
 Counting (sketch param ``counting``). ``count`` is the paper's sketch, h = Σ_j φ(y_j)/√N: additive, so
@@ -31,6 +35,29 @@ exact derivative of ½S(ĥ) in p_i(v), n̂ included:
 zero for tokens already frozen (presence cannot grow), r = ½∇_h S at ĥ (u_k − λĥ for eq. 2). The
 tilt is eq. 7 with η_t = δ·√n̂·s(t). For ``count`` this reduces to eq. 5-7 with n̂ = N.
 (Tested: expectation vs Monte Carlo, gradient vs ``torch.autograd``, order and flood invariance.)
+
+Texts that stop (EOS; backends with an ``eos_token_id``, the engine's ``stop_at_eos``). The detector
+scores the text before the first EOS e, L = min{i : Y_i = e}, not the canvas. Under the independent
+marginals position i is inside the text with probability r_i = Π_{j<i}(1 − p_j(e)) (frozen positions
+one-hot: a frozen EOS at f cuts everything after it), independently of Y_i, so
+
+    count:     ŵ_v = Σ_i r_i p_i(v) (v ≠ e), ŵ_e = 0,   n̂ = E[L] = Σ_i r_i (1 − p_i(e));
+    presence:  1 − ŵ_v = Σ_{L<G} A_L(v) p_L(e) + A_G(v),  A_L(v) = Π_{j<L}(1 − p_j(e) − p_j(v)),
+               ŵ_e = 0,  n̂ = Σ_v keep_v ŵ_v
+
+(1 − ŵ_v: the text stops at L having drawn no v before; a frozen v at g_v makes every term with
+L > g_v vanish). r and E[L] depend on the EOS marginals only and, for v ≠ e, ŵ_{v'} depends on
+p_i(v) only for v' = v, so the exact content gradient is a_i(v) = ∂ŵ_v/∂p_i(v) · ∂(½S)/∂ŵ_v with
+∂ŵ_v/∂p_i(v) = r_i (count) or (Σ_{L>i} A_L(v) p_L(e) + A_G(v)) / (1 − p_i(e) − p_i(v)) (presence),
+n̂ included as above; no approximation beyond the paper's (independent marginals, plug-in n̂).
+Both are cumulative sums in log space over the masked rows in canvas order, vectorised over batch ×
+rows × vocabulary (:meth:`sketchwm.components.Sketch.expected_weights_stopping`). EOS itself is
+not tilted as a content token: the tilt keeps p̃_i(e) = p_i(e) exactly and tilts the other tokens
+among themselves (eq. 7 on the content tokens, renormalised to mass 1 − p_i(e)), so the watermark
+does not move the model's decision to stop; the derivatives in p_i(e) (through r and n̂) are
+therefore never used. Without EOS mass this is the derivation above, unchanged. (Tested:
+expectation vs Monte Carlo of cut texts, gradient vs ``torch.autograd``, p̃(e) = p(e), and mean
+length on a stand-in that stops after ~k tokens; ``tests/test_eos_sketch.py``.)
 
 Detection (Alg. 2). Two nulls, named by ``null``:
 
@@ -207,8 +234,10 @@ class GlobalSketchParams(StrictModel):
             unwatermarked oracle perplexity, where the paper's plain count sketch at δ = 0.5 gave
             z 6.2 at 1.69× and the presence sketch at δ = 0.5 z 6.1 at 1.20× (README, "What a
             p-value promises"; ``benchmarks/compare_schemes.py``).
-        schedule: η_t schedule ``constant`` | ``late`` | ``ramp``.
-        late_fraction: for ``late``: fraction of the last steps with η_t > 0.
+        schedule: η_t schedule ``constant`` | ``late`` | ``ramp`` on the denoising time τ of each
+            block (:meth:`GlobalSketchScheme.schedule_weight`).
+        late_fraction: for ``late``: η_t > 0 once τ ≤ ``late_fraction`` (the last fraction of the
+            denoising of each block).
         prior: token prior π_tok for sign balancing (eq. 4).
         direction_index: which member of the key family this key's direction is (0 by default).
         null: the null hypothesis of the p-value. ``auto`` (default): ``background`` for the
@@ -278,8 +307,9 @@ class GlobalSketchScheme(WatermarkScheme):
 
     name = "global-sketch"
     Params = GlobalSketchParams
-    #: eq. 5 reads the other positions only through Σ_{i∈M_t} p_i, and eq. 7 adds the same (B, V)
-    #: shift at every position: the engine may pass the masked rows packed and tilt only the sampled ones.
+    #: eq. 5 reads the other positions only through statistics over the masked rows (Σ_{i∈M_t} p_i;
+    #: with a stop token, cumulative sums over the rows in canvas order, which the packing keeps): the
+    #: engine may pass the masked rows packed and tilt only the sampled ones.
     packed_marginals = True
 
     def __init__(self, params: Any, key: Any, vocab_size: int, device="cpu", registry: Any = None,
@@ -354,7 +384,8 @@ class GlobalSketchScheme(WatermarkScheme):
         return (1.0 - tau + 1.0 / max(1, block_steps)).clamp(0.0, 1.0)
 
     def begin(self, batch_size: int, gen_length: int, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> None:
-        """Remember N = gen_length for η_t and the 1/√N normalisation."""
+        """Remember N = gen_length (the canvas; with a stop token the normaliser is the expected
+        length of the cut text instead, recomputed at every step)."""
         self._n_total = gen_length
 
     def _softmax_into_buffer(self, logits: torch.Tensor) -> torch.Tensor:
@@ -423,7 +454,7 @@ class GlobalSketchScheme(WatermarkScheme):
         if eos is not None:  # a_i(v) = ∂ŵ_v/∂p_i(v) · ∂(½S)/∂ŵ_v, EOS untilted
             if row_index is not None:
                 dw = torch.gather(dw, 1, row_index[..., None].expand(-1, -1, dw.shape[-1]))  # (B, K, ·)
-            a = dw * dS_dw[:, None, :]
+            a = dw.mul_(dS_dw[:, None, :]) if dw.shape[-1] > 1 else dw * dS_dw[:, None, :]  # dw is ours
             a[..., eos] = 0.0
             return a, n_hat
         if log_absent is None:  # count: ∂ĥ/∂p_i(v) = φ(v)/√N at every masked row
