@@ -6,7 +6,10 @@ with a Count-Sketch d = 4, w = 256 (D = 1,024), divided by ``torch.softmax`` on 
 The two are interleaved and each ratio is taken within one repeat, so machine noise cancels;
 the median ratio is reported. The floor is one softmax plus one pass over the logits.
 
-Usage: python benchmarks/perf_embedding.py [--device cpu|cuda] [--repeats 15]
+``--counting presence`` uses the default presence sketch; ``--eos ID`` sets a stop token, so the
+step computes the expected sketch of the text cut at its first EOS (issue 13).
+
+Usage: python benchmarks/perf_embedding.py [--device cpu|cuda] [--repeats 15] [--counting count|presence] [--eos ID]
 Last line: {"ratio": ...}
 """
 
@@ -38,14 +41,18 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--positions", type=int, default=256)
     ap.add_argument("--vocab", type=int, default=126464)
+    ap.add_argument("--counting", choices=["count", "presence"], default="count")
+    ap.add_argument("--eos", type=int, default=None, help="stop token id (cut-text expected sketch)")
     args = ap.parse_args()
     dev = torch.device(args.device)
     B, G, V = args.batch, args.positions, args.vocab
     reg = builtin_registry()
     scheme = reg.get("scheme", "global-sketch")(
-        {"prior": {"source": "uniform"}, "sketch": {"name": "count-sketch", "params": {"d": 4, "w": 256}}, "delta": 1.0},
+        {"prior": {"source": "uniform"}, "delta": 1.0,
+         "sketch": {"name": "count-sketch", "params": {"d": 4, "w": 256, "counting": args.counting}}},
         WatermarkKey(b"benchmark key, not a secret!!!!!"), V, device=dev, registry=reg,
     )
+    scheme.set_stop_token(args.eos)
     g = torch.Generator(device="cpu").manual_seed(0)
     logits = torch.randn(B, G, V, generator=g).to(dev)  # (B, G, V) float32
     masked = (torch.rand(B, G, generator=g) < 0.75).to(dev)  # (B, G)
@@ -79,6 +86,7 @@ def main() -> None:
             ratios.append(b / a)
     res = {
         "device": str(dev), "shape": [B, G, V], "D": scheme.sketch.dim, "threads": torch.get_num_threads(),
+        "counting": args.counting, "eos": args.eos,
         "softmax_ms_median": round(1e3 * statistics.median(t_soft), 2),
         "embedding_ms_median": round(1e3 * statistics.median(t_emb), 2),
         "ratio": round(statistics.median(ratios), 3),

@@ -154,7 +154,10 @@ class Watermarker:
         if self._scheme is None:
             spec = self.config.scheme
             cls = self.registry.get("scheme", spec.name)
-            kwargs = {"registry": self.registry} if "registry" in cls.__init__.__code__.co_varnames else {}
+            names = cls.__init__.__code__.co_varnames
+            kwargs = {"registry": self.registry} if "registry" in names else {}
+            if "tokenizer_fingerprint" in names:  # the token prior must belong to this tokenizer
+                kwargs["tokenizer_fingerprint"] = self.backend.tokenizer_fingerprint
             self._scheme = cls(spec.params, self.key, self.backend.vocab_size, device=self.backend.device, **kwargs)
         return self._scheme
 
@@ -285,29 +288,22 @@ def estimate_token_prior(
 ) -> dict[str, Any]:
     """Estimate π_tok from unwatermarked samples of the model and save the counts (paper eq. 4).
 
+    See :mod:`sketchwm.token_prior` (``estimate_from_samples``, ``estimate_from_corpus``).
+
     Args:
         watermarker: supplies the backend and sampler settings.
         prompts: prompts to sample from (one sample each).
-        path: where to write the counts (``.npy``, V float64 entries, add-one smoothed).
+        path: where to write the counts (``.npz`` with provenance, or ``.npy``: V float64 raw counts).
 
     Returns:
-        a ``prior`` spec for :class:`GlobalSketchParams`: ``{"source": "file", "path", "sha256"}``.
+        the ``prior`` spec for :class:`GlobalSketchParams`:
+        ``{"source": "file", "path", "sha256", "vocab_size", "tokenizer"}``.
     """
-    import hashlib
+    from .token_prior import estimate_from_samples
 
-    import numpy as np
-
-    out = watermarker.generate(prompts, seed=seed, watermark=False, **sampler_overrides)
-    counts = torch.ones(watermarker.backend.vocab_size, dtype=torch.float64)
-    for ids in out.token_lists():  # per sample; the count itself is one vectorised bincount
-        counts += torch.bincount(torch.as_tensor(ids, dtype=torch.long), minlength=counts.numel()).double()
-    from .io import atomic_write
-
-    path = str(path) if str(path).endswith(".npy") else str(path) + ".npy"  # np.save's naming, kept
-    with atomic_write(path, "wb") as fh:
-        np.save(fh, counts.numpy())
-    digest = hashlib.sha256(counts.numpy().tobytes()).hexdigest()
-    return {"source": "file", "path": str(path), "sha256": digest}
+    prior = estimate_from_samples(watermarker, prompts, seed=seed, **sampler_overrides)
+    prior.save(path)
+    return prior.spec(path)
 
 
 def keygen(path: str | os.PathLike, overwrite: bool = False) -> WatermarkKey:

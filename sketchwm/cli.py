@@ -1,4 +1,4 @@
-"""Command-line interface: ``sketchwm keygen | generate | detect | calibrate | plugins | demo | attack``.
+"""Command-line interface: ``sketchwm keygen | generate | detect | calibrate | plugins | demo | attack | prior``.
 
 One error path (:func:`main`): a failure caused by the user's input, files or environment prints
 one line on stderr (``sketchwm: error: <problem>: <fix>``) and exits with status 2, without a
@@ -449,6 +449,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench.cli import add_subparsers as add_bench_subparsers
 
     add_bench_subparsers(sub, parents=[common])
+    from .cli_prior import add_prior_command
+
+    add_prior_command(sub, parents=[common])
     return p
 
 

@@ -198,6 +198,91 @@ class Sketch(Component):
             w = w * keep
         return w, w.sum(1).clamp_min(1.0), log_absent
 
+    def expected_weights_stopping(
+        self, tokens: torch.Tensor, masked: torch.Tensor, probs: torch.Tensor, positions: torch.Tensor,
+        valid: torch.Tensor, eos: int,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """E[x(Y_{<L})] of the text cut at its first EOS, under independent marginals, and its derivative.
+
+        The text is the canvas before the first EOS, L = min{i : Y_i = EOS} (G if none): what
+        detection scores (:mod:`sketchwm.engine` cuts there). Position i is inside the text with
+        probability r_i = Π_{j<i}(1 − p_j(e)) (frozen positions one-hot, e = EOS), independently of
+        Y_i. With A_L(v) = Π_{j<L}(1 − p_j(e) − p_j(v)) (no EOS and no v before L):
+
+        * ``count``: E[x_v] = Σ_i r_i p_i(v) (v ≠ e), E[x_e] = 0; n̂ = E[L] = Σ_i r_i (1 − p_i(e));
+          ∂E[x_v]/∂p_i(v) = r_i (r and n̂ depend on the EOS marginals only).
+        * ``presence``: P(x_v = 0) = Σ_L P(L) P(no v before L | no EOS before L)
+          = Σ_{L<G} A_L(v) p_L(e) + A_G(v); E[x_e] = 0; n̂ = Σ_v keep_v E[x_v];
+          ∂E[x_v]/∂p_i(v) = (Σ_{L>i} A_L(v) p_L(e) + A_G(v)) / (1 − p_i(e) − p_i(v)), zero once a
+          frozen v or a frozen EOS precedes i. For v ≠ e, E[x_{v'}] does not depend on p_i(v)
+          for v' ≠ v, so this diagonal is the whole Jacobian in the content tokens.
+
+        Frozen positions enter through f, the first frozen EOS (everything after it is cut), and
+        g_v, the first frozen position holding v (x_v = 1 if no EOS is drawn before it). Without
+        EOS mass (p(e) = 0 everywhere) this is :meth:`expected_weights` exactly. Vectorised over
+        batch × masked rows × vocabulary: log-space cumulative sums over the (increasing) rows.
+
+        Args:
+            tokens: (B, G) int64 current tokens; masked: (B, G) bool, M_t.
+            probs: (B, M, V) float32 marginals of the masked rows, in increasing position order
+                (packed, or the full (B, G, V) state); OVERWRITTEN.
+            positions: (B, M) int64 canvas position of each row of ``probs`` (increasing per text on
+                the valid rows); valid: (B, M) bool, which rows are masked positions.
+            eos: the EOS id e, in [0, V).
+
+        Returns:
+            w_hat (B, V) float32 (0 at e and on excluded tokens), n_hat (B,) float32 (≥ 1), and
+            dw (B, M, 1) for ``count`` (r_i) or (B, M, V) for ``presence``: ∂ŵ_v/∂p_i(v) at each row
+            (0 on invalid rows, at e and after a frozen EOS).
+        """
+        B, G = tokens.shape
+        V = probs.shape[-1]
+        dev = probs.device
+        vmask = valid.to(probs.dtype)  # (B, M)
+        frozen = ~masked
+        is_eos = frozen & (tokens == eos)
+        f = torch.where(is_eos.any(1), is_eos.float().argmax(1), torch.full((B,), G, device=dev))  # (B,) first frozen EOS
+        inside = (positions < f[:, None]) & valid  # (B, M) masked rows before the first frozen EOS
+        p_e = probs[..., eos] * inside.to(probs.dtype)  # (B, M)
+        keep = None if self.keep is None else self.keep.to(dev, torch.float32)[None, :]
+        if self.counting == "count":
+            # log survival per canvas position: log(1 − p_i(e)); frozen EOS −inf, other frozen 0
+            ls = torch.zeros(B, G, dtype=torch.float32, device=dev)
+            ls = ls.scatter(1, positions, torch.log1p(-p_e.clamp(max=1 - 1e-6)) * vmask)
+            ls = ls.masked_fill(is_eos, float("-inf"))
+            incl = torch.cumsum(ls, 1)  # (B, G) log P(no EOS at ≤ i)
+            r = torch.exp(torch.cat([torch.zeros(B, 1, device=dev), incl[:, :-1]], 1))  # (B, G) r_i
+            n_hat = torch.exp(incl).sum(1).clamp_min(1.0)  # E[L]
+            r_rows = torch.gather(r, 1, positions) * inside.to(probs.dtype)  # (B, M)
+            w = torch.bmm(r_rows[:, None, :], probs)[:, 0]  # (B, V)
+            fr = torch.zeros(B, V, dtype=torch.float32, device=dev).scatter_add_(
+                1, tokens.clamp(0, V - 1), torch.where(frozen, r, torch.zeros_like(r)))
+            w = w + fr
+            w[:, eos] = 0.0
+            if keep is not None:
+                w = w * keep
+            return w, n_hat, r_rows[..., None]
+        # presence. g_v: first frozen position of v (G if none)
+        idx = torch.where(frozen, tokens.clamp(0, V - 1), torch.full_like(tokens, V))
+        g = torch.full((B, V + 1), G, dtype=torch.long, device=dev)
+        g = g.scatter_reduce(1, idx, torch.arange(G, device=dev).expand(B, -1), reduce="amin")[:, :V]  # (B, V)
+        fg = torch.minimum(g, f[:, None])  # (B, V)
+        # ℓ_j(v) = log(1 − p_j(e) − p_j(v)) on rows inside, 0 elsewhere (in place in probs)
+        ell = probs.neg_().add_(1.0 - p_e[..., None]).clamp_(min=1e-6).log_().mul_(inside.to(probs.dtype)[..., None])
+        incl = torch.cumsum(ell, 1)  # (B, M, V)
+        a_final = torch.exp(incl[:, -1]) * (f[:, None] <= g).to(probs.dtype)  # (B, V) [f ≤ g_v] A_f(v)
+        after = (positions[:, :, None] >= fg[:, None, :]) | ~inside[..., None]  # (B, M, V) row not before min(f, g_v)
+        terms = incl.sub_(ell).exp_().mul_(p_e[..., None]).masked_fill_(after, 0.0)  # A_L(v) p_L(e), (B, M, V)
+        p0 = terms.sum(1) + a_final  # (B, V) P(x_v = 0)
+        w = (1.0 - p0).clamp_(0.0, 1.0)
+        w[:, eos] = 0.0
+        if keep is not None:
+            w = w * keep
+        # tail Σ_{L>i} A_L p_L(e) + A_G, divided by row i's own factor
+        dw = terms.cumsum_(1).neg_().add_(p0[:, None, :]).mul_(ell.neg_().exp_()).masked_fill_(after, 0.0)
+        dw[..., eos] = 0.0
+        return w, w.sum(1).clamp_min(1.0), dw
+
 
 # ============================================================================ scores
 @dataclass
@@ -451,7 +536,26 @@ class WatermarkScheme(Component):
         self.vocab_size = int(vocab_size)
         self.device = torch.device(device)
 
+    #: The id that ends a text (the backend's EOS when the sampler cuts texts there), or None: set
+    #: by the engine through :meth:`set_stop_token` before :meth:`begin`.
+    stop_token_id: int | None = None
+
     # -------------------------------------------------------------- generation hooks
+    def set_stop_token(self, token_id: int | None) -> None:
+        """Tell the scheme which id ends a text (texts are scored up to its first occurrence), or None.
+
+        Called by the engine before each :meth:`begin` with the backend's ``eos_token_id`` when
+        ``stop_at_eos`` is on. Code driving its own sampling loop calls it the same way.
+
+        Raises:
+            ConfigError: an id outside [0, V).
+        """
+        if token_id is not None and not 0 <= int(token_id) < self.vocab_size:
+            from .errors import ConfigError
+
+            raise ConfigError(f"stop token id {token_id} is outside the vocabulary [0, {self.vocab_size})")
+        self.stop_token_id = None if token_id is None else int(token_id)
+
     def begin(self, batch_size: int, gen_length: int, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> None:
         """Called once before a batch is denoised (reset per-generation state). Default: nothing."""
 

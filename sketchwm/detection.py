@@ -181,6 +181,8 @@ class Calibration(StrictModel):
         tokenizer: tokenizer fingerprint.
         alpha: target false-positive rate.
         source: description of the null texts (e.g. "model samples", "human passages").
+        token_prior: the fingerprint of the token prior the scheme resolved (16 hex of its SHA-256,
+            or "uniform"; "" for schemes without one and for files written before it was recorded).
         bins: thresholds per length bin.
         n_skipped: null texts left out because they could not be scored (too short, empty).
         provenance: how the calibration was made (scheme params, backend, sampler, seeds).
@@ -195,6 +197,7 @@ class Calibration(StrictModel):
     tokenizer: str
     alpha: float = Field(gt=0, lt=1)
     source: str = ""
+    token_prior: str = ""
     bins: list[LengthBin]
     n_skipped: int = Field(0, ge=0)
     provenance: dict[str, Any] = Field(default_factory=dict)
@@ -247,7 +250,7 @@ class Calibration(StrictModel):
             raise CalibrationError(f"malformed calibration file {p}: {exc}") from None
 
     def check_matches(self, key_fingerprint: str, scheme: WatermarkScheme, tokenizer_fp: str) -> None:
-        """Raise :class:`CalibrationError` if this calibration belongs to another key, scheme or tokenizer."""
+        """Raise :class:`CalibrationError` if this calibration belongs to another key, scheme, tokenizer or token prior."""
         if self.key_fingerprint != key_fingerprint:
             raise CalibrationError(
                 f"calibration was made for key {self.key_fingerprint}, not for key {key_fingerprint}"
@@ -256,6 +259,9 @@ class Calibration(StrictModel):
             raise CalibrationError(f"calibration was made for another scheme configuration ({self.scheme}/{self.scheme_config_hash})")
         if self.tokenizer != tokenizer_fp:
             raise CalibrationError("calibration was made with a different tokenizer")
+        prior = getattr(scheme, "prior_fingerprint", "")
+        if self.token_prior and prior and self.token_prior != prior:
+            raise CalibrationError(f"calibration was made with token prior {self.token_prior}, the scheme uses token prior {prior}")
 
 
 def conformal_quantile(scores: torch.Tensor, alpha: float) -> float:
@@ -548,6 +554,6 @@ def calibrate(
     return Calibration(
         key_fingerprint=detector.key_fingerprint, scheme=detector.scheme.name,
         scheme_config_hash=config_hash(detector.scheme.params), model_id=model_id, tokenizer=detector.tokenizer_fp,
-        alpha=alpha, source=source, bins=bins, n_skipped=n_skipped, provenance=provenance or {},
-        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        alpha=alpha, source=source, token_prior=getattr(detector.scheme, "prior_fingerprint", ""), bins=bins,
+        n_skipped=n_skipped, provenance=provenance or {}, created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     )

@@ -231,6 +231,7 @@ class MaskedDiffusionSampler:
         n_blocks = G // cfg.block_length
         steps_per_block = cfg.steps // n_blocks
         if self.scheme is not None:
+            self.scheme.set_stop_token(be.eos_token_id if cfg.stop_at_eos else None)  # texts end at the first EOS
             self.scheme.begin(B, G, prompt_ids, prompt_mask)
         arange_g = torch.arange(G, device=device)
         step_idx = 0

@@ -6,8 +6,12 @@ Embedding (Alg. 1): at each denoising step with η_t > 0,
   3. per-token score a_{k,t}(v) = ⟨r_{k,t}, φ_k(v)⟩ / √N (eq. 6),
   4. exponential tilt p̃_i ∝ p_i · exp(η_t a_{k,t}) of every masked marginal (eq. 7), done in
      logit space: logits + η_t a (the sampler's softmax/Gumbel-max normalises).
-η_t = δ·√N·s(t) with a schedule s: ``constant`` (1), ``late`` (1 only in the last fraction of
-steps) or ``ramp`` (linear from 1/T to 1). The √N makes δ the typical logit shift per unit of
+η_t = δ·√N·s(τ) with a schedule s of the paper's reverse time τ = t/T ∈ [0, 1]: ``constant`` (1),
+``late`` (1 only once τ ≤ ``late_fraction``) or ``ramp`` (1 − τ + 1/T_b, from 1/T_b to 1). τ is the
+masked fraction of the positions being denoised: of the canvas with one block; with
+semi-autoregressive blocks, each block is its own reverse process from τ = 1 to 0 (conditioned on
+the blocks before it), so ``late`` tilts the end of every block, the first included
+(:meth:`GlobalSketchScheme.denoising_time`). The √N makes δ the typical logit shift per unit of
 ⟨r, φ(v)⟩, independent of the length.
 
 Counting (sketch param ``counting``). ``count`` is the paper's sketch, h = Σ_j φ(y_j)/√N: additive, so
@@ -31,6 +35,29 @@ exact derivative of ½S(ĥ) in p_i(v), n̂ included:
 zero for tokens already frozen (presence cannot grow), r = ½∇_h S at ĥ (u_k − λĥ for eq. 2). The
 tilt is eq. 7 with η_t = δ·√n̂·s(t). For ``count`` this reduces to eq. 5-7 with n̂ = N.
 (Tested: expectation vs Monte Carlo, gradient vs ``torch.autograd``, order and flood invariance.)
+
+Texts that stop (EOS; backends with an ``eos_token_id``, the engine's ``stop_at_eos``). The detector
+scores the text before the first EOS e, L = min{i : Y_i = e}, not the canvas. Under the independent
+marginals position i is inside the text with probability r_i = Π_{j<i}(1 − p_j(e)) (frozen positions
+one-hot: a frozen EOS at f cuts everything after it), independently of Y_i, so
+
+    count:     ŵ_v = Σ_i r_i p_i(v) (v ≠ e), ŵ_e = 0,   n̂ = E[L] = Σ_i r_i (1 − p_i(e));
+    presence:  1 − ŵ_v = Σ_{L<G} A_L(v) p_L(e) + A_G(v),  A_L(v) = Π_{j<L}(1 − p_j(e) − p_j(v)),
+               ŵ_e = 0,  n̂ = Σ_v keep_v ŵ_v
+
+(1 − ŵ_v: the text stops at L having drawn no v before; a frozen v at g_v makes every term with
+L > g_v vanish). r and E[L] depend on the EOS marginals only and, for v ≠ e, ŵ_{v'} depends on
+p_i(v) only for v' = v, so the exact content gradient is a_i(v) = ∂ŵ_v/∂p_i(v) · ∂(½S)/∂ŵ_v with
+∂ŵ_v/∂p_i(v) = r_i (count) or (Σ_{L>i} A_L(v) p_L(e) + A_G(v)) / (1 − p_i(e) − p_i(v)) (presence),
+n̂ included as above; no approximation beyond the paper's (independent marginals, plug-in n̂).
+Both are cumulative sums in log space over the masked rows in canvas order, vectorised over batch ×
+rows × vocabulary (:meth:`sketchwm.components.Sketch.expected_weights_stopping`). EOS itself is
+not tilted as a content token: the tilt keeps p̃_i(e) = p_i(e) exactly and tilts the other tokens
+among themselves (eq. 7 on the content tokens, renormalised to mass 1 − p_i(e)), so the watermark
+does not move the model's decision to stop; the derivatives in p_i(e) (through r and n̂) are
+therefore never used. Without EOS mass this is the derivation above, unchanged. (Tested:
+expectation vs Monte Carlo of cut texts, gradient vs ``torch.autograd``, p̃(e) = p(e), and mean
+length on a stand-in that stops after ~k tokens; ``tests/test_eos_sketch.py``.)
 
 Detection (Alg. 2). Two nulls, named by ``null``:
 
@@ -58,7 +85,9 @@ from __future__ import annotations
 
 import hashlib
 import math
+import warnings
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -75,40 +104,73 @@ __all__ = ["GlobalSketchScheme", "GlobalSketchParams", "PriorSpec", "Attribution
 
 
 class PriorSpec(StrictModel):
-    """Where the token prior π_tok for sign balancing (eq. 4) comes from.
+    """Where the token prior π_tok for sign balancing (eq. 4) comes from, and what it must match.
 
     Attributes:
-        source: ``auto`` (the packaged training-corpus counts when they match the vocabulary, else
-            uniform), ``packaged`` (named counts shipped with sketchwm), ``file`` (a ``.pt``/``.npy``
-            of V counts, e.g. estimated from unwatermarked model samples), ``uniform`` (no balancing).
+        source: ``auto`` (the packaged training-corpus counts when they belong to the backend's
+            vocabulary and tokenizer, else uniform with a warning), ``packaged`` (named counts shipped
+            with sketchwm; an error when they do not belong to the backend), ``file`` (a prior saved
+            by :class:`sketchwm.token_prior.TokenPrior`, or a ``.npy``/``.pt`` of V counts),
+            ``uniform`` (no balancing; the background null then assumes uniform token frequencies).
         name: packaged counts name (``source="packaged"``).
         path: counts file (``source="file"``).
         sha256: expected SHA-256 of the counts (checked when given), so the detector rebuilds
             identical tables.
+        vocab_size: V the prior was estimated for (checked when > 0).
+        tokenizer: fingerprint of the tokenizer it was estimated with (checked against the file's
+            record and the backend's tokenizer when given).
     """
 
     source: Literal["auto", "packaged", "file", "uniform"] = "auto"
     name: str = "default-train"
     path: str = ""
     sha256: str = ""
+    vocab_size: int = Field(0, ge=0)
+    tokenizer: str = ""
 
 
-def _counts_digest(counts: torch.Tensor) -> str:
-    return hashlib.sha256(counts.to(torch.float64).cpu().numpy().tobytes()).hexdigest()
+@lru_cache(maxsize=1)
+def _packaged_tokenizer_fingerprint() -> str:
+    """Fingerprint of the tokenizer the packaged counts were made with (the default model's), or ""."""
+    try:
+        from transformers import AutoTokenizer
+
+        from sketchwm.components import tokenizer_fingerprint
+        from sketchwm.default_model import MODEL_DIR
+
+        return tokenizer_fingerprint(AutoTokenizer.from_pretrained(str(MODEL_DIR), local_files_only=True))
+    except Exception:  # noqa: BLE001 - no shipped tokenizer: the vocabulary size is the only check
+        return ""
 
 
-def resolve_prior(spec: PriorSpec, vocab_size: int) -> tuple[torch.Tensor | None, dict[str, Any]]:
-    """Load π_tok counts for ``spec``.
+def resolve_prior(spec: PriorSpec, vocab_size: int,
+                  tokenizer_fingerprint: str | None = None) -> tuple[torch.Tensor | None, dict[str, Any]]:
+    """Load π_tok counts for ``spec`` and check that they belong to this vocabulary and tokenizer.
+
+    Args:
+        spec: the scheme's ``prior`` params.
+        vocab_size: V of the backend.
+        tokenizer_fingerprint: the backend's tokenizer fingerprint, or None (not checked).
 
     Returns:
-        (counts (V,) float64 or None for uniform, description dict with ``source`` and ``sha256``).
+        (counts (V,) float64 or None for uniform, description dict with ``source``, ``sha256``,
+        ``vocab_size`` and ``tokenizer`` where known).
 
     Raises:
-        ConfigError: missing/unknown counts, wrong length, or SHA-256 mismatch.
+        ConfigError: missing/unknown counts, wrong length, SHA-256 mismatch, or a prior made for
+        another vocabulary or tokenizer.
     """
     counts: torch.Tensor | None = None
     desc: dict[str, Any] = {"source": spec.source}
+    tok = tokenizer_fingerprint or ""
+    if spec.vocab_size and spec.vocab_size != vocab_size:
+        raise ConfigError(f"the token prior was estimated for a vocabulary of {spec.vocab_size} ids, the backend has "
+                          f"{vocab_size}: estimate one for this model (`sketchwm prior estimate`)")
+    if spec.tokenizer and tok and spec.tokenizer != tok:
+        raise ConfigError(f"the token prior was estimated with tokenizer {spec.tokenizer}, the backend's tokenizer is "
+                          f"{tok}: estimate one for this model (`sketchwm prior estimate`)")
     if spec.source in ("auto", "packaged"):
+        why = ""
         try:
             from sketchwm.data import load_token_counts
 
@@ -117,32 +179,41 @@ def resolve_prior(spec: PriorSpec, vocab_size: int) -> tuple[torch.Tensor | None
         except (ImportError, ValueError, FileNotFoundError, OSError) as exc:
             if spec.source == "packaged":
                 raise ConfigError(f"packaged token counts '{spec.name}' are not available: {exc}") from None
-            counts = None
+            counts, why = None, "no packaged token counts"
         if counts is not None and counts.numel() != vocab_size:
-            if spec.source == "packaged":
-                raise ConfigError(f"packaged token counts '{spec.name}' have {counts.numel()} entries, vocabulary has {vocab_size}")
+            why = f"packaged token counts '{spec.name}' have {counts.numel()} entries, vocabulary has {vocab_size}"
+            counts = None
+        elif counts is not None and tok and _packaged_tokenizer_fingerprint() not in ("", tok):
+            why = (f"packaged token counts '{spec.name}' belong to tokenizer {_packaged_tokenizer_fingerprint()}, "
+                   f"the backend's is {tok}")
             counts = None
         if counts is None:
-            desc = {"source": "uniform"}
-    elif spec.source == "file":
-        p = Path(spec.path)
-        if not p.exists():
-            raise ConfigError(f"token prior file not found: {p}")
-        if p.suffix == ".npy":
-            import numpy as np
-
-            counts = torch.from_numpy(np.load(p)).to(torch.float64)
+            if spec.source == "packaged":
+                raise ConfigError(why)
+            warnings.warn(f"token prior: {why}; using a uniform prior (signs not balanced, no excluded tokens, and the "
+                          "background null's p-values assume uniform token frequencies). Estimate one with "
+                          "`sketchwm prior estimate` and pass it as the scheme's prior.", UserWarning, stacklevel=3)
+            desc = {"source": "uniform", "auto": why}
         else:
-            counts = torch.as_tensor(torch.load(p, map_location="cpu", weights_only=True), dtype=torch.float64)
-        counts = counts.flatten()
-        if counts.numel() != vocab_size:
-            raise ConfigError(f"token prior file {p} has {counts.numel()} entries, vocabulary has {vocab_size}")
-        desc.update(path=str(p))
+            desc["tokenizer"] = _packaged_tokenizer_fingerprint()
+    elif spec.source == "file":
+        from sketchwm.token_prior import TokenPrior
+
+        loaded = TokenPrior.load(spec.path)
+        counts = loaded.counts
+        if counts.numel() != vocab_size or loaded.vocab_size != vocab_size:
+            raise ConfigError(f"token prior file {spec.path} has {counts.numel()} entries, vocabulary has {vocab_size}")
+        if loaded.tokenizer and (spec.tokenizer or tok) and loaded.tokenizer != (spec.tokenizer or tok):
+            raise ConfigError(f"token prior file {spec.path} was estimated with tokenizer {loaded.tokenizer}, not "
+                              f"{spec.tokenizer or tok}")
+        desc.update(path=spec.path, tokenizer=loaded.tokenizer or spec.tokenizer)
     if counts is not None:
-        digest = _counts_digest(counts)
+        from sketchwm.token_prior import counts_sha256
+
+        digest = counts_sha256(counts)
         if spec.sha256 and spec.sha256 != digest:
             raise ConfigError(f"token prior SHA-256 mismatch: config expects {spec.sha256[:12]}…, found {digest[:12]}…")
-        desc["sha256"] = digest
+        desc.update(sha256=digest, vocab_size=vocab_size)
     return counts, desc
 
 
@@ -163,8 +234,10 @@ class GlobalSketchParams(StrictModel):
             unwatermarked oracle perplexity, where the paper's plain count sketch at δ = 0.5 gave
             z 6.2 at 1.69× and the presence sketch at δ = 0.5 z 6.1 at 1.20× (README, "What a
             p-value promises"; ``benchmarks/compare_schemes.py``).
-        schedule: η_t schedule ``constant`` | ``late`` | ``ramp``.
-        late_fraction: for ``late``: fraction of the last steps with η_t > 0.
+        schedule: η_t schedule ``constant`` | ``late`` | ``ramp`` on the denoising time τ of each
+            block (:meth:`GlobalSketchScheme.schedule_weight`).
+        late_fraction: for ``late``: η_t > 0 once τ ≤ ``late_fraction`` (the last fraction of the
+            denoising of each block).
         prior: token prior π_tok for sign balancing (eq. 4).
         direction_index: which member of the key family this key's direction is (0 by default).
         null: the null hypothesis of the p-value. ``auto`` (default): ``background`` for the
@@ -225,25 +298,31 @@ class GlobalSketchScheme(WatermarkScheme):
         vocab_size: V.
         device: where tables live.
         registry: registry to resolve the sketch/score names (default: installed plugins).
+        tokenizer_fingerprint: the backend's tokenizer fingerprint; the token prior must belong to it
+            (None: only V is checked).
 
     Raises:
-        ConfigError: bad params, unknown sketch/score, prior that does not match V.
+        ConfigError: bad params, unknown sketch/score, prior that does not match V or the tokenizer.
     """
 
     name = "global-sketch"
     Params = GlobalSketchParams
-    #: eq. 5 reads the other positions only through Σ_{i∈M_t} p_i, and eq. 7 adds the same (B, V)
-    #: shift at every position: the engine may pass the masked rows packed and tilt only the sampled ones.
+    #: eq. 5 reads the other positions only through statistics over the masked rows (Σ_{i∈M_t} p_i;
+    #: with a stop token, cumulative sums over the rows in canvas order, which the packing keeps): the
+    #: engine may pass the masked rows packed and tilt only the sampled ones.
     packed_marginals = True
 
-    def __init__(self, params: Any, key: Any, vocab_size: int, device="cpu", registry: Any = None):
+    def __init__(self, params: Any, key: Any, vocab_size: int, device="cpu", registry: Any = None,
+                 tokenizer_fingerprint: str | None = None):
         super().__init__(params, key, vocab_size, device)
         from sketchwm.registry import get_registry
 
         reg = registry or get_registry()
         p = self.params
         self.min_tokens = p.min_tokens
-        prior, self.prior_desc = resolve_prior(p.prior, self.vocab_size)
+        prior, self.prior_desc = resolve_prior(p.prior, self.vocab_size, tokenizer_fingerprint)
+        #: the resolved prior's identity, stored in calibrations: 16 hex of its SHA-256, or "uniform"
+        self.prior_fingerprint = self.prior_desc.get("sha256", "uniform")[:16]
         k_sk, k_dir = key.subkey("k_sk"), key.subkey("k_dir")
         self._dir_seed = k_dir.seed("direction")
         self.sketch = reg.create("sketch", p.sketch.name, p.sketch.params, k_sk, self.vocab_size, prior, self.device)
@@ -272,19 +351,41 @@ class GlobalSketchScheme(WatermarkScheme):
         return keyed_signs(self._dir_seed, counter)
 
     # ------------------------------------------------------------------ embedding
-    def eta(self, step: int, total_steps: int, n_tokens: int) -> float:
-        """η_t = δ·√N·s(t) for 0-based ``step`` of ``total_steps``."""
+    def denoising_time(self, step: DenoiseStep) -> torch.Tensor:
+        """The paper's reverse time as a fraction, τ = t/T ∈ [0, 1], of each text at this step: (B,) float32.
+
+        τ is the fraction of the positions being denoised that are still masked before the step:
+        the masked fraction of the canvas (τ = 1 on the all-[MASK] state S_T, 0 on S_0) when it is
+        decoded as one block. A semi-autoregressive sampler is a sequence of such reverse
+        processes, one per block, each conditioned on the blocks before it (LLaDA's
+        semi-autoregressive remasking): every block runs through τ = 1 → 0 in its own steps, and
+        τ is the masked fraction of the current block (``step.block``). So every position is
+        tilted at the same point of its own denoising, and ``late`` tilts the end of every block,
+        the first included (a global step counter would leave the first blocks, often all of a
+        text that stops early, untilted). τ is read off the state, not a step counter, so loops
+        outside the engine (other transfer schedules, user-driven samplers) get the same η_t.
+        """
+        b0, b1 = step.block
+        return step.masked[:, b0:b1].float().mean(1)
+
+    def schedule_weight(self, tau: torch.Tensor, block_steps: int) -> torch.Tensor:
+        """s(τ) of η_t = δ·√n̂·s(τ): τ (B,) → (B,) float32 in [0, 1].
+
+        ``constant``: 1. ``late``: 1 when τ ≤ ``late_fraction`` (the last fraction of the
+        denoising of each block), else 0. ``ramp``: 1 − τ + 1/T_b (the fraction of the block
+        decided once the step is done under an even transfer schedule), from 1/T_b at the first
+        step of a block to 1 at its last; T_b = ``block_steps``.
+        """
         p = self.params
         if p.schedule == "constant":
-            s = 1.0
-        elif p.schedule == "late":
-            s = 1.0 if step >= (1.0 - p.late_fraction) * total_steps else 0.0
-        else:
-            s = (step + 1) / total_steps
-        return p.delta * math.sqrt(n_tokens) * s
+            return torch.ones_like(tau)
+        if p.schedule == "late":
+            return (tau <= p.late_fraction + 1e-6).to(tau.dtype)
+        return (1.0 - tau + 1.0 / max(1, block_steps)).clamp(0.0, 1.0)
 
     def begin(self, batch_size: int, gen_length: int, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> None:
-        """Remember N = gen_length for η_t and the 1/√N normalisation."""
+        """Remember N = gen_length (the canvas; with a stop token the normaliser is the expected
+        length of the cut text instead, recomputed at every step)."""
         self._n_total = gen_length
 
     def _softmax_into_buffer(self, logits: torch.Tensor) -> torch.Tensor:
@@ -304,9 +405,14 @@ class GlobalSketchScheme(WatermarkScheme):
 
     def marginal_gradient(
         self, rows_logits: torch.Tensor, marg_logits: torch.Tensor, marg_valid: torch.Tensor,
-        tokens: torch.Tensor, masked: torch.Tensor,
+        tokens: torch.Tensor, masked: torch.Tensor, marg_positions: torch.Tensor | None = None,
+        row_index: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """a_{k,t}(v) = ½ ∂S(ĥ)/∂p_i(v) at the rows to tilt (eq. 6, and its presence analogue).
+
+        With a stop token (:meth:`set_stop_token`) ĥ is the expected sketch of the text cut at
+        its first EOS (:meth:`Sketch.expected_weights_stopping`), n̂ its expected normaliser, and
+        a is zero at EOS.
 
         Args:
             rows_logits: (B, K, V) float32, the marginals (as logits) of the rows to tilt.
@@ -314,26 +420,46 @@ class GlobalSketchScheme(WatermarkScheme):
                 full (B, G, V) state with ``marg_valid`` = M_t); not modified.
             marg_valid: (B, M) bool, which rows of ``marg_logits`` are masked positions.
             tokens: (B, G) int64 current tokens; masked: (B, G) bool, M_t.
+            marg_positions: (B, M) int64 canvas positions of the rows of ``marg_logits`` (None: row
+                j is position j, the full state). Used with a stop token only.
+            row_index: (B, K) int64, the row of ``marg_logits`` each tilted row is (None: the tilted
+                rows are the rows of ``marg_logits``). Used with a stop token only.
 
         Returns:
-            a: (B, 1, V) float32 for ``count`` (the same at every row: ⟨r, φ(v)⟩ / √N, eq. 6), or
-            (B, K, V) for ``presence`` (⟨r, ∂ĥ/∂p_i(v)⟩, zero on tokens already present); and n̂
-            (B,) float32, the normaliser (N, or the expected number of distinct kept tokens).
+            a: (B, 1, V) float32 for ``count`` without a stop token (the same at every row:
+            ⟨r, φ(v)⟩ / √N, eq. 6), else (B, K, V) (⟨r, ∂ĥ/∂p_i(v)⟩; zero on tokens already
+            present for ``presence``); and n̂ (B,) float32, the normaliser (N, E[L], or the expected
+            number of distinct kept tokens).
         """
         N = tokens.shape[1]
-        frozen = self.sketch.counts(tokens.clamp(0, self.vocab_size - 1), ~masked)  # (B, V)
+        eos = self.stop_token_id
         probs = self._softmax_into_buffer(marg_logits)  # (B, M, V), buffer
-        w_hat, n_hat, log_absent = self.sketch.expected_weights(frozen, probs, marg_valid, N)  # (B, V), (B,)
+        if eos is not None:
+            pos = marg_positions if marg_positions is not None else torch.arange(
+                probs.shape[1], device=probs.device).expand(probs.shape[0], -1)
+            w_hat, n_hat, dw = self.sketch.expected_weights_stopping(tokens, masked, probs, pos, marg_valid, eos)
+            frozen = None
+        else:
+            frozen = self.sketch.counts(tokens.clamp(0, self.vocab_size - 1), ~masked)  # (B, V)
+            w_hat, n_hat, log_absent = self.sketch.expected_weights(frozen, probs, marg_valid, N)  # (B, V), (B,)
         root = n_hat.sqrt()[:, None]  # (B, 1)
         h_hat = self.sketch.project(w_hat) / root  # (B, D), eq. 5
         r = self.score_fn.residual(self.u, h_hat)  # (B, D), ½∇_h S at ĥ
         t = self.sketch.token_scores(r)  # (B, V) ⟨r, φ(v)⟩
+        if self.sketch.counting == "count":  # n̂ (N or E[L]) does not depend on the content marginals
+            dS_dw = t / root
+        else:  # ĥ = Φᵀŵ/√n̂, n̂ = Σ_v keep_v ŵ_v: ∂ĥ/∂ŵ_v = (φ(v) − ½ keep_v ĥ/√n̂)/√n̂
+            keep = self.sketch.keep.to(t) if self.sketch.keep is not None else torch.ones_like(t[0])
+            dS_dw = (t - 0.5 * (r * h_hat).sum(1, keepdim=True) / root * keep[None, :]) / root  # (B, V)
+        if eos is not None:  # a_i(v) = ∂ŵ_v/∂p_i(v) · ∂(½S)/∂ŵ_v, EOS untilted
+            if row_index is not None:
+                dw = torch.gather(dw, 1, row_index[..., None].expand(-1, -1, dw.shape[-1]))  # (B, K, ·)
+            a = dw.mul_(dS_dw[:, None, :]) if dw.shape[-1] > 1 else dw * dS_dw[:, None, :]  # dw is ours
+            a[..., eos] = 0.0
+            return a, n_hat
         if log_absent is None:  # count: ∂ĥ/∂p_i(v) = φ(v)/√N at every masked row
-            return (t / root)[:, None, :], n_hat
-        # presence: ĥ = Φᵀŵ/√n̂, ŵ_v = 1 − Π_j(1 − p_j(v)), n̂ = Σ_v keep_v ŵ_v:
-        # ∂ĥ/∂ŵ_v = (φ(v) − ½ keep_v ĥ/√n̂)/√n̂ and ∂ŵ_v/∂p_i(v) = Π_{j≠i}(1 − p_j(v)) (0 if v is frozen)
-        keep = self.sketch.keep.to(t) if self.sketch.keep is not None else torch.ones_like(t[0])
-        dS_dw = (t - 0.5 * (r * h_hat).sum(1, keepdim=True) / root * keep[None, :]) / root  # (B, V)
+            return dS_dw[:, None, :], n_hat
+        # presence: ∂ŵ_v/∂p_i(v) = Π_{j≠i}(1 − p_j(v)) (0 if v is frozen)
         row_log1m = torch.log1p(-torch.softmax(rows_logits, dim=-1).clamp_(max=1 - 1e-6))  # (B, K, V)
         others = torch.exp(log_absent[:, None, :] - row_log1m)  # (B, K, V) Π_{j≠i}(1 − p_j(v))
         others = others.masked_fill_((frozen > 0)[:, None, :], 0.0)
@@ -349,23 +475,52 @@ class GlobalSketchScheme(WatermarkScheme):
         """a_{k,t}(v) of eq. (6) from packed masked marginals (``DenoiseStep.masked_logits`` (B, M, V),
         ``masked_valid`` (B, M)); the rows tilted are ``rows_logits`` (default: the packed rows)."""
         rows = masked_logits if rows_logits is None else rows_logits
-        return self.marginal_gradient(rows, masked_logits, masked_valid, tokens, masked)[0]
+        mpos = None
+        if self.stop_token_id is not None:  # packed rows are the masked positions in order (as the engine packs them)
+            from sketchwm.engine import packed_masked_positions
+
+            mpos = packed_masked_positions(masked)[0][:, : masked_logits.shape[1]]
+        return self.marginal_gradient(rows, masked_logits, masked_valid, tokens, masked, mpos)[0]
 
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
         """Exponential tilt of eq. (7) in logit space: logits + η_t a_{k,t}, (B, G, V) (or (B, K, V)
         on the sampled rows when the engine packs the masked marginals into ``step.masked_logits``).
 
-        η_t = δ·√n̂·s(t): n̂ = N for ``count`` (so the shift is δ·s(t)·⟨r, φ(v)⟩, as before), the
-        expected number of distinct kept tokens for ``presence``. Modifies ``step.logits`` in place.
+        η_t = δ·√n̂·s(τ) per text (τ: :meth:`denoising_time`, s: :meth:`schedule_weight`): n̂ = N
+        for ``count`` (so the shift is δ·s·⟨r, φ(v)⟩, as before), the expected number of distinct
+        kept tokens for ``presence`` (expected length / distinct tokens of the cut text with a
+        stop token). With a stop token EOS is not tilted as a content token: its probability is
+        kept exactly, p̃_i(e) = p_i(e), and the other tokens are tilted among themselves,
+        p̃_i(v) = (1 − p_i(e))·p_i(v)e^{η a(v)} / Σ_{z≠e} p_i(z)e^{η a(z)}, so the watermark does
+        not move the model's decision to stop at this step. Modifies ``step.logits`` in place.
         """
-        s = self.eta(step.step, step.total_steps, 1)  # δ·s(t)
-        if s == 0.0:
+        b0, b1 = step.block
+        n_blocks = max(1, step.tokens.shape[1] // max(1, b1 - b0))
+        s = self.params.delta * self.schedule_weight(self.denoising_time(step), step.total_steps // n_blocks)  # (B,)
+        if not bool((s > 0).any()):
             return step.logits
         if step.masked_logits is not None:  # packed masked rows; step.logits holds the sampled rows
-            a, n_hat = self.marginal_gradient(step.logits, step.masked_logits, step.masked_valid, step.tokens, step.masked)
+            row_index = None
+            if self.stop_token_id is not None and step.positions is not None:
+                M = step.masked_positions.shape[1]
+                row_of = torch.zeros_like(step.tokens).scatter_(
+                    1, step.masked_positions, torch.arange(M, device=step.tokens.device).expand(step.tokens.shape[0], -1))
+                row_index = torch.gather(row_of, 1, step.positions)  # (B, K)
+            a, n_hat = self.marginal_gradient(step.logits, step.masked_logits, step.masked_valid, step.tokens, step.masked,
+                                              step.masked_positions, row_index)
         else:
             a, n_hat = self.marginal_gradient(step.logits, step.logits, step.masked, step.tokens, step.masked)
-        return step.logits.add_(a.mul_(s * n_hat.sqrt()[:, None, None]))  # (B, G|K, V)
+        eos = self.stop_token_id
+        if eos is None:
+            return step.logits.add_(a.mul_((s * n_hat.sqrt())[:, None, None]))  # (B, G|K, V)
+        logits = step.logits
+        eos_logit = logits[..., eos].clone()  # (B, K)
+        logits[..., eos] = float("-inf")
+        lse_before = torch.logsumexp(logits, -1)  # (B, K) log Σ_{z≠e} exp(logit z)
+        logits.add_(a.mul_((s * n_hat.sqrt())[:, None, None]))
+        shift = torch.logsumexp(logits, -1) - lse_before  # log of the content tilt's normaliser
+        logits[..., eos] = eos_logit + torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
+        return logits
 
     # ------------------------------------------------------------------ detection
     def token_weights(self) -> torch.Tensor:

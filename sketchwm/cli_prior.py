@@ -1,0 +1,90 @@
+"""``sketchwm prior estimate``: the token prior π_tok for a model other than the default.
+
+Usage::
+
+    sketchwm prior estimate --out prior.npz [--corpus FILE | --n-samples N] [--config-out cfg.json]
+                            [--backend NAME --backend-params JSON | --config cfg.json]
+
+Without ``--corpus`` it samples the model without watermark (``--n-samples`` prompts from the shipped
+prompt set or ``--prompts FILE``); with it, it counts the texts of FILE (plain lines or JSONL with
+``text``) through the backend's tokenizer. It writes the counts with their provenance (see
+:mod:`sketchwm.token_prior`) and prints the scheme's ``prior`` spec as JSON; ``--config-out`` also writes
+the full configuration (the input config with that prior and the tokenizer fingerprint), to keep
+with the key and pass to ``--config`` when generating and detecting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_prior_command", "cmd_prior_estimate"]
+
+
+def cmd_prior_estimate(args: argparse.Namespace) -> int:
+    """Estimate, save, print the spec (and write the configuration with ``--config-out``)."""
+    from .api import Watermarker
+    from .cli import _config
+    from .demo import demo_prompts
+    from .io import atomic_write, read_lines, read_texts
+    from .keys import WatermarkKey
+    from .token_prior import estimate_from_corpus, estimate_from_samples
+
+    cfg = _config(args)
+    # the key is never used: the model is sampled without watermark and no scheme is built
+    wm = Watermarker(WatermarkKey.generate(), cfg)
+    if args.corpus:
+        texts = read_texts(args.corpus)
+        prior = estimate_from_corpus(wm.backend.tokenizer, texts, wm.backend.vocab_size,
+                                     source=f"{len(texts)} texts of {args.corpus}")
+    else:
+        prompts = read_lines(args.prompts) if args.prompts else demo_prompts(args.n_samples, offset=args.prompt_offset)
+        over = {"gen_length": args.gen_length} if args.gen_length else {}
+        prior = estimate_from_samples(wm, prompts, seed=args.seed, batch_size=args.batch_size, progress=not args.quiet,
+                                      **over)
+    prior.save(args.out)
+    spec = prior.spec(os.path.abspath(args.out))
+    if args.config_out:
+        full = wm.config.model_dump(mode="json")
+        full["scheme"]["params"] = {**full["scheme"].get("params", {}), "prior": spec}
+        full["tokenizer"] = prior.tokenizer
+        with atomic_write(Path(args.config_out)) as fh:
+            fh.write(json.dumps(full, indent=2) + "\n")
+    print(json.dumps(spec))
+    print(f"wrote token prior ({int(prior.counts.sum())} tokens, V={prior.vocab_size}, tokenizer {prior.tokenizer}) "
+          f"to {args.out}" + (f" and the configuration to {args.config_out}" if args.config_out else ""), file=sys.stderr)
+    return 0
+
+
+def add_prior_command(subparsers: Any, parents: "list[argparse.ArgumentParser] | tuple" = ()) -> argparse.ArgumentParser:
+    """Add ``prior estimate`` to an argparse ``subparsers`` object; returns the ``prior`` parser.
+
+    Args:
+        subparsers: the main parser's subparsers action.
+        parents: options every sub-command shares (``--debug``).
+    """
+    from .cli import _add_config_args, nonneg_int, positive_int
+
+    parents = list(parents)
+    p = subparsers.add_parser("prior", parents=parents, help="token prior for another model's vocabulary (sign balancing, null)")
+    sub = p.add_subparsers(dest="prior_command", required=True)
+    e = sub.add_parser("estimate", parents=parents, help="estimate the token prior from unwatermarked samples or a corpus",
+                       description=__doc__.splitlines()[0])
+    e.add_argument("--out", required=True, help="counts file (.npz with provenance)")
+    e.add_argument("--corpus", help="count these texts (plain lines or JSONL with 'text') instead of sampling")
+    e.add_argument("--prompts", help="prompts to sample from (default: the shipped prompt set)")
+    e.add_argument("--n-samples", type=positive_int, default=500, help="unwatermarked samples to count (default 500)")
+    e.add_argument("--prompt-offset", type=nonneg_int, default=300,
+                   help="first shipped prompt to sample from (default 300: disjoint from the demo's prompts)")
+    e.add_argument("--gen-length", type=positive_int, help="tokens per sample (default: the backend's)")
+    e.add_argument("--seed", type=nonneg_int, default=3, help="seed of the sampler (default 3)")
+    e.add_argument("--batch-size", type=positive_int, default=50, help="samples per batch (default 50)")
+    e.add_argument("--config-out", help="also write the configuration with this prior (JSON)")
+    e.add_argument("--quiet", action="store_true", help="no progress bar")
+    _add_config_args(e)
+    e.set_defaults(func=cmd_prior_estimate)
+    return p
