@@ -367,7 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="sketchwm", description="Global sketch watermarking for masked diffusion LMs.")
     p.add_argument("--version", action="version", version=f"sketchwm {__version__}")
     p.add_argument("--debug", action="store_true", help="show the traceback of every error")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser, metavar="COMMAND",
+                           help="one of the sub-commands below; `sketchwm COMMAND --help` for its options")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show the traceback of every error")
 

@@ -71,7 +71,7 @@ def add_prior_command(subparsers: Any, parents: "list[argparse.ArgumentParser] |
 
     parents = list(parents)
     p = subparsers.add_parser("prior", parents=parents, help="token prior for another model's vocabulary (sign balancing, null)")
-    sub = p.add_subparsers(dest="prior_command", required=True)
+    sub = p.add_subparsers(dest="prior_command", required=True, help="estimate: count tokens of samples or a corpus")
     e = sub.add_parser("estimate", parents=parents, help="estimate the token prior from unwatermarked samples or a corpus",
                        description=__doc__.splitlines()[0])
     e.add_argument("--out", required=True, help="counts file (.npz with provenance)")

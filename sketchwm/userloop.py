@@ -44,12 +44,15 @@ class LogitsTilter:
         scheme: the keyed :class:`WatermarkScheme` (``Watermarker.scheme``).
         backend: the :class:`DLMBackend` whose ids (mask, banned) and logit edits apply.
         steps: total denoising steps T of the user's loop (the η_t schedule reads step / T).
+        stop_at_eos: the texts end at the backend's first EOS, as the engine's ``stop_at_eos``
+            (default): the expected sketch weights each position by the probability that it is
+            still inside the text, and EOS is never tilted (see ``WatermarkScheme.set_stop_token``).
 
     Raises:
         ConfigError: the scheme replaces sampling noise or remasking confidence; vocabulary mismatch.
     """
 
-    def __init__(self, scheme: WatermarkScheme, backend: DLMBackend, steps: int):
+    def __init__(self, scheme: WatermarkScheme, backend: DLMBackend, steps: int, stop_at_eos: bool = True):
         if type(scheme).sampling_uniforms is not WatermarkScheme.sampling_uniforms or \
                 type(scheme).remasking_confidence is not WatermarkScheme.remasking_confidence:
             raise ConfigError(f"scheme '{scheme.name}' replaces the sampling noise or remasking order; "
@@ -59,6 +62,7 @@ class LogitsTilter:
         if int(steps) < 1:
             raise ConfigError(f"steps must be >= 1, got {steps}")
         self.scheme, self.backend, self.steps = scheme, backend, int(steps)
+        self.stop_at_eos = bool(stop_at_eos)
         V = backend.vocab_size
         ids = sorted(set(backend.banned_token_ids) | {backend.mask_token_id})
         self._banned = torch.tensor([i for i in ids if i < V], dtype=torch.long)
@@ -66,9 +70,9 @@ class LogitsTilter:
         self._prompt_len: int | None = None
 
     @classmethod
-    def from_watermarker(cls, watermarker: Any, steps: int) -> "LogitsTilter":
+    def from_watermarker(cls, watermarker: Any, steps: int, stop_at_eos: bool = True) -> "LogitsTilter":
         """The tilter of a :class:`sketchwm.api.Watermarker` (its scheme and backend)."""
-        return cls(watermarker.scheme, watermarker.backend, steps)
+        return cls(watermarker.scheme, watermarker.backend, steps, stop_at_eos)
 
     def reset(self) -> None:
         """Forget the current generation (the next call starts a new one, as step 0 does)."""
@@ -88,6 +92,7 @@ class LogitsTilter:
         if prompt_mask is None:
             prompt_mask = x[:, :P] != pad if pad is not None else torch.ones_like(x[:, :P], dtype=torch.bool)
         self._prompt_ids, self._prompt_mask = x[:, :P], prompt_mask[:, :P].bool().to(x.device)
+        self.scheme.set_stop_token(getattr(self.backend, "eos_token_id", None) if self.stop_at_eos else None)
         self.scheme.begin(x.shape[0], G, self._prompt_ids, self._prompt_mask)
 
     @torch.no_grad()
@@ -140,19 +145,20 @@ class LogitsTilter:
         return out
 
 
-def dream_logits_hook(watermarker: Any, steps: int) -> Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]:
+def dream_logits_hook(watermarker: Any, steps: int, stop_at_eos: bool = True) -> Callable[[int, torch.Tensor, torch.Tensor], torch.Tensor]:
     """A ``generation_logits_hook_func(step, x, logits)`` for Dream's ``diffusion_generate``.
 
     Args:
         watermarker: a :class:`sketchwm.api.Watermarker` on the ``dream`` backend (or any backend
             whose logits the hook receives aligned).
         steps: the ``steps`` passed to ``diffusion_generate``.
+        stop_at_eos: the texts end at the first EOS (as :class:`LogitsTilter`).
 
     Returns:
         hook(step, x (B, L) int64, logits (B, L, V)) → tilted logits (B, L, V) float32; see
         :class:`LogitsTilter`. Dream's sampler then applies its temperature and top-p on top.
     """
-    tilter = LogitsTilter.from_watermarker(watermarker, steps)
+    tilter = LogitsTilter.from_watermarker(watermarker, steps, stop_at_eos)
 
     def hook(step: int, x: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
         return tilter(logits, x, step=step).to(logits.dtype)

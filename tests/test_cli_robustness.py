@@ -140,10 +140,17 @@ def test_temperature_inf_refused_by_the_engine_too(tiny):
 
 
 def test_every_option_has_help_and_version(capsys):
-    parser = build_parser()
-    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
-    missing = [f"{name} {' '.join(a.option_strings)}" for name, p in sub.choices.items() for a in p._actions
-               if a.help in (None, "") and a.dest != "help"]
+    def missing_help(parser, path):  # every option of every (nested) sub-command
+        out = []
+        for a in parser._actions:
+            if a.help in (None, "") and a.dest != "help":
+                out.append(f"{path} {' '.join(a.option_strings) or a.dest}")
+            if a.__class__.__name__ == "_SubParsersAction":
+                for name, p in a.choices.items():
+                    out += missing_help(p, f"{path} {name}".strip())
+        return out
+
+    missing = missing_help(build_parser(), "")
     assert not missing, missing
     code, out, _ = run(capsys, "--version")
     assert code == 0 and out.startswith("sketchwm ")

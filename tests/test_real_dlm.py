@@ -167,7 +167,7 @@ def test_llada_style_user_loop_gives_the_engine_texts(standins):
     prompts = ["the water is", "he said"]
     cfg = dict(gen_length=16, block_length=8, steps=8, temperature=0.0, remasking="low_confidence", stop_at_eos=False)
     engine = wm.generate(prompts, seed=0, **cfg).ids
-    user = _llada_style_loop(be, LogitsTilter.from_watermarker(wm, steps=8), prompts, 16, 8, 8)
+    user = _llada_style_loop(be, LogitsTilter.from_watermarker(wm, steps=8, stop_at_eos=False), prompts, 16, 8, 8)
     plain = _llada_style_loop(be, None, prompts, 16, 8, 8)
     assert not torch.equal(user, plain), "the tilt changed nothing: the test would not see a wrong tilt"
     assert torch.equal(user, engine)
@@ -196,7 +196,7 @@ def test_dream_hook_in_a_dream_style_loop_gives_the_engine_texts(standins):
     be = standins["dream"]
     wm = Watermarker(KEY, SCHEME, backend=be)
     G, steps = 16, 8
-    hook = dream_logits_hook(wm, steps)
+    hook = dream_logits_hook(wm, steps, stop_at_eos=False)  # as the engine run below
     ids = be.encode_prompts(["the water is"])[0]
     user = _dream_style_loop(be, hook, ids, G, steps)
     engine = wm.generate(["the water is"], seed=0, gen_length=G, block_length=G, steps=steps, temperature=0.0,

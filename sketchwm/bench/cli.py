@@ -55,7 +55,7 @@ def add_subparsers(sub: "argparse._SubParsersAction", parents: "list[argparse.Ar
     """
     parents = list(parents)
     b = sub.add_parser("bench", parents=parents, help="run a benchmark grid (YAML/JSON config) → Parquet results")
-    bsub = b.add_subparsers(dest="bench_command", required=True)
+    bsub = b.add_subparsers(dest="bench_command", required=True, help="run: run or resume a grid; export: rows as CSV")
     r = bsub.add_parser("run", parents=parents, help="run or resume a grid; finished cells are skipped")
     r.add_argument("config", help="benchmark config (.yaml, .yml or .json)")
     r.add_argument("--out", required=True, help="results folder (parts/<cell hash>.parquet)")

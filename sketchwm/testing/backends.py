@@ -24,9 +24,9 @@ The checks (class attributes tune sizes):
   prompt alone (greedy, low-confidence remasking; with and without the watermark);
 * (c) ``test_eos_length_and_detection``: the length distribution of a model that stops after about
   k tokens is kept under the watermark (mean length within 5% of the unwatermarked one over >= 200
-  samples, for two keys) and the cut texts are detected (mean z >= ``eos_min_z``); marked
-  ``xfail(strict=False)`` until the expected sketch weights positions by their probability of being
-  inside the text (issue 13 defect 1);
+  samples, for two keys) and the cut texts are detected (mean z >= ``eos_min_z``); it needs the
+  expected sketch that weights positions by their probability of being inside the text (issue 13
+  defect 1);
 * (d) ``test_determinism_by_seed``: same seed, same texts; another seed, other texts;
 * (e) ``test_chat_template``: string prompts go through the tokenizer's chat template exactly when
   the checkpoint is an instruct one (``chat_template="auto"``) and never with ``"off"``.
@@ -206,7 +206,6 @@ class BackendConformance:
             assert torch.equal(batch.ids[i], alone.ids[0]), f"prompt {i} ({p!r}) differs in a left-padded batch"
 
     # ---------------------------------------------------------------- (c) EOS
-    @pytest.mark.xfail(strict=False, reason="needs EOS-weighted expected sketch (issue 13 defect 1)")
     @pytest.mark.parametrize("key", [bytes(range(32)), b"c" * 32], ids=["key0", "key1"])
     def test_eos_length_and_detection(self, tmp_path_factory, key):
         probe = self.backend(tmp_path_factory)
