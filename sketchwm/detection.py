@@ -23,11 +23,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 from pydantic import Field
 
 from . import __version__
-from .components import WatermarkScheme, tokenizer_fingerprint
+from .components import WatermarkScheme, ids_summary, tokenizer_fingerprint
 from .config import StrictModel, config_hash
 from .errors import CalibrationError, InputError, TokenizerMismatchError
 
@@ -38,14 +39,15 @@ CALIBRATION_VERSION = 1
 
 
 def pad_ids(id_lists: Sequence[Sequence[int]], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad id lists → ids (B, N) int64 and valid (B, N) bool."""
-    n = max((len(x) for x in id_lists), default=0)
-    ids = torch.full((len(id_lists), max(n, 1)), pad, dtype=torch.long)
-    valid = torch.zeros_like(ids, dtype=torch.bool)
-    for b, x in enumerate(id_lists):  # per text, building the batch
-        if len(x):
-            ids[b, : len(x)] = torch.as_tensor(list(x), dtype=torch.long)
-            valid[b, : len(x)] = True
+    """Right-pad id lists → ids (B, N) int64 and valid (B, N) bool (one flat copy, no per-text tensors)."""
+    import itertools
+
+    lengths = torch.tensor([len(x) for x in id_lists], dtype=torch.long)
+    n = int(lengths.max()) if len(id_lists) else 0
+    valid = torch.arange(max(n, 1))[None, :] < lengths[:, None]  # (B, N)
+    ids = torch.full(valid.shape, pad, dtype=torch.long)
+    flat = torch.tensor(list(itertools.chain.from_iterable(id_lists)), dtype=torch.long)
+    ids[valid] = flat  # row-major order of valid matches the concatenation
     return ids, valid
 
 
@@ -292,11 +294,7 @@ class Detector:
         Returns:
             threshold (B,) float64 (NaN when the decision is p ≤ α), its source, is_watermarked (B,) bool.
         """
-        try:
-            analytic = torch.tensor([self.scheme.analytic_threshold(self.alpha, int(k)) for k in n_tokens],
-                                    dtype=torch.float64)
-        except NotImplementedError:
-            analytic = None
+        analytic = self._analytic(n_tokens)
         if self.calibration is not None:
             thr = self.calibration.threshold_for(n_tokens)
             source = "calibrated"
@@ -308,32 +306,67 @@ class Detector:
             return analytic, "analytic", score >= analytic
         return torch.full_like(score, float("nan")), "p-value", p_value <= self.alpha
 
+    def _analytic(self, n_tokens: torch.Tensor) -> torch.Tensor | None:
+        """τ_α per text, (B,) float64, evaluated once per distinct length; None without a closed form."""
+        lengths, inverse = np.unique(n_tokens.long().cpu().numpy(), return_inverse=True)
+        try:
+            per_len = np.array([float(self.scheme.analytic_threshold(self.alpha, int(k))) for k in lengths.tolist()],
+                               dtype=np.float64)
+        except NotImplementedError:
+            return None
+        return torch.from_numpy(per_len[inverse.reshape(-1)])
+
     def detect(self, texts: Sequence[str]) -> DetectionResult:
         """Detect in texts (see :meth:`detect_ids`)."""
         return self.detect_ids(self.tokenize(texts))
 
-    def detect_ids(self, id_lists: Sequence[Sequence[int]]) -> DetectionResult:
-        """Detect in token-id lists.
+    def detect_ids(self, id_lists: Sequence[Sequence[int]] | torch.Tensor) -> DetectionResult:
+        """Detect in token-id lists, or in a pre-tokenised (B, N) int64 tensor (every entry a token;
+        for padded batches use :meth:`detect_batch`).
 
         Raises:
             InputError: no texts, an empty or too-short text (fewer than ``scheme.min_tokens``
                 tokens), ids outside [0, V).
         """
+        if torch.is_tensor(id_lists):
+            return self.detect_batch(id_lists)
         if len(id_lists) == 0:
             raise InputError("no texts to detect")
-        V = self.scheme.vocab_size
-        for i, ids in enumerate(id_lists):
-            if len(ids) == 0:
-                raise InputError(f"text {i} is empty")
-            if len(ids) < self.scheme.min_tokens:
-                raise InputError(f"text {i} has {len(ids)} tokens; at least {self.scheme.min_tokens} are needed for detection")
-            lo, hi = min(ids), max(ids)
-            if lo < 0 or hi >= V:
-                raise InputError(f"text {i} has token id {hi if hi >= V else lo} outside the vocabulary [0, {V})")
         ids, valid = pad_ids(id_lists)
+        return self.detect_batch(ids, valid)
+
+    def detect_batch(self, ids: torch.Tensor, valid: torch.Tensor | None = None) -> DetectionResult:
+        """Detect in a padded batch: ids (B, N) int64, valid (B, N) bool (None: all valid).
+
+        Everything is vectorised over the batch (checks, scores, p-values, thresholds, decisions).
+
+        Raises:
+            InputError: no texts, a wrongly shaped batch, an empty or too-short text (names the first
+                such index), ids outside [0, V) (names the text).
+        """
+        if ids.dim() != 2 or ids.shape[0] == 0:
+            raise InputError(f"expected a non-empty (B, N) batch of token ids, got shape {tuple(ids.shape)}")
+        if ids.dtype.is_floating_point or ids.dtype == torch.bool:
+            raise InputError(f"token ids must be integers, got {ids.dtype}")
+        ids = ids.long()
+        valid = torch.ones_like(ids, dtype=torch.bool) if valid is None else valid.to(ids.device, torch.bool)
+        if valid.shape != ids.shape:
+            raise InputError(f"valid has shape {tuple(valid.shape)} but ids have {tuple(ids.shape)}")
+        lengths, lo, hi = ids_summary(ids, valid)  # (B,) int64, valid id range
+        short = lengths < self.scheme.min_tokens
+        if bool(short.any()):
+            i = int(short.nonzero()[0, 0])
+            if int(lengths[i]) == 0:
+                raise InputError(f"text {i} is empty")
+            raise InputError(f"text {i} has {int(lengths[i])} tokens; at least {self.scheme.min_tokens} are needed for detection")
+        V = self.scheme.vocab_size
+        if lo < 0 or hi >= V:  # name the first offending text
+            bad = valid & ((ids < 0) | (ids >= V))
+            i, j = (int(t) for t in bad.nonzero()[0])
+            raise InputError(f"text {i} has token id {int(ids[i, j])} outside the vocabulary [0, {V})")
         s = self.scheme.score_ids(ids, valid)
         n = s.n_scored.cpu()
-        thr, source, decide = self.decide(s.score.cpu(), s.p_value.cpu(), valid.sum(1))
+        thr, source, decide = self.decide(s.score.cpu(), s.p_value.cpu(), lengths.cpu())
         return DetectionResult(
             score=s.score.cpu(), z=s.z.cpu(), p_value=s.p_value.cpu(), threshold=thr, is_watermarked=decide,
             n_tokens=n, threshold_source=source, alpha=self.alpha, key_fingerprint=self.key_fingerprint,

@@ -62,10 +62,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from pydantic import Field
 
-from sketchwm.components import DenoiseStep, SchemeScores, WatermarkScheme
+from sketchwm.components import DenoiseStep, SchemeScores, WatermarkScheme, distinct_token_sums
 from sketchwm.config import ComponentSpec, StrictModel
 from sketchwm.errors import ConfigError, InputError
 from sketchwm.hookspecs import hookimpl
@@ -374,46 +375,82 @@ class GlobalSketchScheme(WatermarkScheme):
             self._c_u = self.sketch.token_scores(self.u[None].float())[0].double()  # (V,)
         return self._c_u
 
+    def background_moments(self, n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Background-null mean and variance of T for texts of n tokens: (B,) → (B,), (B,) float64.
+
+        μ(n) = Σ_v c_k(v) q_v(n), σ²(n) = Σ_v c_k(v)² q_v(n)(1 − q_v(n)), q_v(n) = 1 − (1 − π_v)^n.
+        They depend on the length only, so they are computed once per distinct length (chunks of
+        256 lengths, (256, V) float64 at a time) and cached on the scheme.
+        """
+        c = self.token_weights()  # (V,)
+        cache = self.__dict__.setdefault("_moments", {})
+        lengths, inverse = np.unique(n.to(torch.int64).cpu().numpy(), return_inverse=True)  # numpy: no thread spin
+        todo = [int(k) for k in lengths.tolist() if int(k) not in cache]
+        for i in range(0, len(todo), 256):  # chunks of lengths: (chunk, V) float64 at a time
+            ks = torch.tensor(todo[i:i + 256], dtype=torch.float64, device=self.device)
+            q = -torch.expm1(ks[:, None] * self._log1m_pi[None, :])  # (b, V)
+            mu, var = q @ c, (q * (1 - q)) @ (c * c)
+            cache.update({k: (float(m), float(s)) for k, m, s in zip(todo[i:i + 256], mu.tolist(), var.tolist())})
+        if len(cache) > 65536:  # bound the cache (lengths are at most a few thousand in practice)
+            cache.clear()
+        table = np.array([cache[int(k)] for k in lengths.tolist()], dtype=np.float64).reshape(-1, 2)
+        mv = torch.from_numpy(table[inverse.reshape(-1)]).to(self.device)  # (B, 2)
+        return mv[:, 0], mv[:, 1]
+
     def background_z(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """Fixed-key z of the presence statistic under the background null: (B, N) → (B,) float64.
 
         T = ⟨u_k, Φᵀx(y)⟩ = Σ_v c_k(v) x_v with x the kept-token presence; under the null each kept
         token is present independently with q_v(n) = 1 − (1 − π_v)^n for a text of n tokens, so
-        z = (T − Σ_v c_k(v) q_v) / (Σ_v c_k(v)² q_v (1 − q_v))^{1/2}.
+        z = (T − Σ_v c_k(v) q_v) / (Σ_v c_k(v)² q_v (1 − q_v))^{1/2} (:meth:`background_moments`).
+        T is a sum over the text's distinct tokens (:meth:`Sketch.sparse_weights`), O(B·N) work.
         """
-        c = self.token_weights()  # (V,)
-        x, _ = self.sketch.weights(self.sketch.counts(ids, valid))  # (B, V)
-        T = x.double() @ c  # (B,)
-        n = valid.sum(1).double()  # (B,) all tokens, the length the background model sees
-        mu = torch.empty_like(T)
-        var = torch.empty_like(T)
-        for i in range(0, ids.shape[0], 256):  # chunks of texts: (chunk, V) float64 at a time
-            q = -torch.expm1(n[i:i + 256, None] * self._log1m_pi[None, :])  # (b, V)
-            mu[i:i + 256] = q @ c
-            var[i:i + 256] = (q * (1 - q)) @ (c * c)
-        return (T - mu) / var.clamp_min(1e-12).sqrt()
+        return self._background(ids.to(self.device), valid.to(self.device))[0]
+
+    def _background(self, ids: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(z (B,) float64, n_d (B,) int64 distinct kept tokens) of the background null."""
+        ids, lengths = self.sketch.check_ids(ids, valid)
+        tables = self.__dict__.get("_presence_tables")
+        if tables is None:  # (V + 1,) c_k and keep with 0 on the padding id V; c_k as int8 when integral
+            c = self.token_weights()
+            small_int = bool((c == c.round()).all()) and float(c.abs().max()) <= 127
+            c_ext = torch.cat([c, torch.zeros(1, dtype=torch.float64, device=self.device)])
+            tables = self._presence_tables = (c_ext.to(torch.int8) if small_int else c_ext,
+                                              self.sketch.keep_table().to(torch.int8))
+        T, n_d = distinct_token_sums(ids, valid, *tables)  # (B,), (B,)
+        mu, var = self.background_moments(lengths)  # all tokens: the length the background model sees
+        return (T.to(self.device, torch.float64) - mu) / var.clamp_min(1e-12).sqrt(), n_d.to(self.device)
 
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
         """Detection statistics for ids (B, N) with valid (B, N).
 
         ``null="background"``: score = z = the fixed-key background z (:meth:`background_z`),
         p-value 1 − Φ(z − β). ``null="key-randomised"``: score = S_k (eq. 2), z = ⟨u, h⟩/‖h‖ and the
-        key-randomised p-value of ``params.p_value``.
+        key-randomised p-value of ``params.p_value``. Vectorised over the batch: one row sort and
+        O(B·N) gathers (no (B, V) table, nothing per text in Python).
+
+        Raises:
+            InputError: ids outside [0, V).
         """
         ids, valid = ids.to(self.device), valid.to(self.device)
         if self.null == "background":
-            from scipy.stats import norm
-
-            z = self.background_z(ids, valid)
-            n = self.sketch.weights(self.sketch.counts(ids, valid))[1].long()
-            p = torch.from_numpy(norm.sf((z - self.params.null_margin).cpu().numpy())).to(z)
+            z, n = self._background(ids, valid)
+            p = torch.special.ndtr(self.params.null_margin - z)  # 1 − Φ(z − β), accurate in the tail
             return SchemeScores(z, z, p, n, f"fixed-key background null, 1-Phi(z - {self.params.null_margin:g}) "
                                            f"(token prior: {self.prior_desc.get('source')})")
-        h = self.sketch.sketch(ids, valid)  # (B, D)
-        n = self.sketch.weights(self.sketch.counts(ids, valid))[1]
+        h, n = self.sketch_ids(ids, valid)
         out = self.score_fn.p_values(self.u, h, method=self.params.p_value, n_tokens=n)
         return SchemeScores(out.score.double(), out.z.double(), out.p_value.double(), n.long(),
                             "key-randomised (valid on average over keys, not for one fixed key): " + out.p_value_method)
+
+    def sketch_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """h_k(y) and its normaliser n without a (B, V) table: (B, N) → (B, D) float32, (B,) float32.
+
+        Equal to ``sketch.sketch(ids, valid)`` and ``weights(counts(...))[1]``.
+        """
+        tok, x = self.sketch.sparse_weights(ids.to(self.device), valid.to(self.device))
+        n = x.sum(1)
+        return self.sketch.project_sparse(tok, x) / n.clamp_min(1.0).sqrt()[:, None], n
 
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
         """Background null: β + Φ⁻¹(1 − α) on z (⇔ p ≤ α); key-randomised: τ_α of the score (eq. 19)."""
@@ -443,8 +480,8 @@ class GlobalSketchScheme(WatermarkScheme):
         if n_keys < 1:
             raise InputError("n_keys must be >= 1")
         ids, valid = ids.to(self.device), valid.to(self.device)
-        h = self.sketch.sketch(ids, valid).double()  # (B, D)
-        n = self.sketch.weights(self.sketch.counts(ids, valid))[1]  # (B,) the sketch's normaliser
+        h, n = self.sketch_ids(ids, valid)  # (B, D), (B,) the sketch and its normaliser
+        h = h.double()
         B = h.shape[0]
         top = min(top, n_keys)
         best_s = torch.full((B, 0), float("-inf"), dtype=torch.float64, device=self.device)
