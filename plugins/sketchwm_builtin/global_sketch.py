@@ -460,51 +460,50 @@ class GlobalSketchScheme(WatermarkScheme):
             return self.params.null_margin + float(norm.isf(alpha))
         return self.score_fn.analytic_threshold(alpha, n_tokens)
 
-    def attribute(self, ids: torch.Tensor, valid: torch.Tensor, n_keys: int, top: int = 5, chunk: int = 8192) -> Attribution:
-        """Rank K key-family members for each text (beyond the paper).
+    def attribute(self, ids: torch.Tensor, valid: torch.Tensor, n_keys: int, top: int = 5, chunk: int = 8192,
+                  bank: Any = None) -> Attribution:
+        """Rank K key-family members for each text (beyond the paper; :mod:`sketchwm.attribution`).
 
-        One matrix product per chunk of keys: scores (B, K) = score(U, h) with U (K, D) the members'
-        directions. p-values are exact key-randomised per member (they share the pmf of ⟨u, H⟩
-        given h); ``p_value_fwer`` is Bonferroni-corrected over the K members.
+        The members share k_sk, hence the integer sketch H = Φᵀx of a text, and differ in their
+        direction u^{(i)}; they are ranked by the exact ⟨u^{(i)}, H⟩ (the order of S_k and of z),
+        computed for all K at once as AND/popcount passes over a bit-packed bank. p-values are
+        exact key-randomised per member (they share the pmf of ⟨u, H⟩ given h); ``p_value_fwer``
+        is Bonferroni-corrected over the K members.
 
         Args:
             ids, valid: (B, N) as in :meth:`score_ids`.
-            n_keys: K (up to 100,000 and more; memory is O(chunk·D)).
+            n_keys: K (up to 100,000 and more; the bank is K·D/8 bytes).
             top: how many best members to return.
+            chunk: members per block when the bank is built here.
+            bank: a prebuilt :class:`sketchwm.attribution.DirectionBank` of this key's family with
+                at least ``n_keys`` members (built here when None).
 
         Raises:
-            InputError: n_keys < 1.
+            InputError: n_keys < 1, or a bank with fewer than ``n_keys`` members.
         """
-        from .scores import _int_sketch, rademacher_sum_pvalue
+        from sketchwm.attribution import DirectionBank, integer_sketch
+
+        from .scores import rademacher_sum_pvalue
 
         if n_keys < 1:
             raise InputError("n_keys must be >= 1")
+        bank = bank if bank is not None else DirectionBank.build(self, n_keys, chunk)
+        if len(bank) < n_keys:
+            raise InputError(f"the direction bank holds {len(bank)} members, fewer than n_keys = {n_keys}")
         ids, valid = ids.to(self.device), valid.to(self.device)
-        h, n = self.sketch_ids(ids, valid)  # (B, D), (B,) the sketch and its normaliser
-        h = h.double()
-        B = h.shape[0]
+        H = integer_sketch(self, ids, valid)  # (B, D) int64
+        n = self.sketch.sparse_weights(ids, valid)[1].sum(1).round().long()  # (B,) the normaliser
         top = min(top, n_keys)
-        best_s = torch.full((B, 0), float("-inf"), dtype=torch.float64, device=self.device)
-        best_i = torch.zeros((B, 0), dtype=torch.long, device=self.device)
-        for start in range(0, n_keys, chunk):  # chunks of keys, each one matrix product
-            idx = torch.arange(start, min(n_keys, start + chunk), device=self.device)
-            U = self.directions(idx).double()  # (k, D)
-            s = self.score_fn.score(U, h)  # (B, k)
-            cat_s = torch.cat([best_s, s], 1)
-            cat_i = torch.cat([best_i, idx[None, :].expand(B, -1)], 1)
-            best_s, pos = cat_s.topk(min(top, cat_s.shape[1]), dim=1)
-            best_i = torch.gather(cat_i, 1, pos)
-        U_top = self.directions(best_i.flatten()).double().view(B, top, -1)  # (B, top, D)
-        ip = torch.einsum("bkd,bd->bk", U_top, h)
-        z = ip / h.norm(dim=1, keepdim=True).clamp_min(1e-300)
-        H = _int_sketch(h, n)
-        if H is not None:
-            x = torch.einsum("bkd,bd->bk", U_top, H.double()).round().long()
-            p = rademacher_sum_pvalue(H, x)
-        else:
-            from scipy.stats import norm
-
-            p = torch.from_numpy(norm.sf(z.cpu().numpy())).to(self.device)
+        if len(bank) > n_keys:
+            bank = DirectionBank(bank.bits[:, :n_keys], bank.plus[:n_keys], bank.dim)
+        best = [bank.top(H[b], top) for b in range(H.shape[0])]  # per text: one pass over the bank
+        best_i = torch.from_numpy(np.stack([i for i, _ in best])).to(self.device)  # (B, top)
+        ip_int = torch.from_numpy(np.stack([v for _, v in best])).to(self.device)  # (B, top) ⟨u, H⟩
+        h = H.double() / n.double().clamp_min(1).sqrt()[:, None]  # (B, D)
+        U_top = self.directions(best_i.flatten()).double().view(H.shape[0], top, -1)  # (B, top, D)
+        best_s = torch.stack([self.score_fn.score(U_top[b], h[b:b + 1])[0] for b in range(H.shape[0])])  # (B, top)
+        z = ip_int.double() / n.double().clamp_min(1).sqrt()[:, None] / h.norm(dim=1, keepdim=True).clamp_min(1e-300)
+        p = rademacher_sum_pvalue(H, ip_int)
         return Attribution(best_i, best_s, z, p, (p * n_keys).clamp(max=1.0), n_keys)
 
     def describe(self) -> dict[str, Any]:
