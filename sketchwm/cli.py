@@ -82,28 +82,32 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
-    from .io import read_records
+    from .io import iter_record_chunks
 
     wm = _watermarker(args)  # key errors first, before reading (possibly) stdin
-    recs = read_records(args.input)
-    recorded = {r["tokenizer"] for r in recs if isinstance(r.get("tokenizer"), str)}
-    if recorded and recorded != {wm.backend.tokenizer_fingerprint}:
-        from .errors import TokenizerMismatchError
+    detector = wm.detector(args.calibration, args.alpha)
+    res, start = None, 0
+    for recs in iter_record_chunks(args.input, args.chunk_size):  # bounded memory: one chunk at a time
+        recorded = {r["tokenizer"] for r in recs if isinstance(r.get("tokenizer"), str)}
+        if recorded and recorded != {wm.backend.tokenizer_fingerprint}:
+            from .errors import TokenizerMismatchError
 
-        raise TokenizerMismatchError(
-            f"the input was generated with tokenizer {', '.join(sorted(recorded))}, but the detector's backend uses "
-            f"tokenizer {wm.backend.tokenizer_fingerprint}: pass the generating --backend"
-        )
-    res = wm.detect([r["text"] for r in recs], calibration=args.calibration, alpha=args.alpha)
-    rows = res.to_records()
-    if args.json:
-        for r in rows:
-            print(json.dumps(r))
-    else:
-        print(f"{'#':>4} {'tokens':>6} {'score':>10} {'z':>7} {'p-value':>10} {'threshold':>10}  decision")
-        for i, r in enumerate(rows):
-            print(f"{i:>4} {r['n_tokens']:>6} {r['score']:>10.3f} {r['z']:>7.2f} {r['p_value']:>10.2e} "
-                  f"{r['threshold']:>10.3f}  {'WATERMARKED' if r['is_watermarked'] else 'not watermarked'}")
+            raise TokenizerMismatchError(
+                f"the input was generated with tokenizer {', '.join(sorted(recorded))}, but the detector's backend uses "
+                f"tokenizer {wm.backend.tokenizer_fingerprint}: pass the generating --backend"
+            )
+        res = detector.detect([r["text"] for r in recs])
+        rows = res.to_records()
+        if args.json:
+            sys.stdout.write("".join(json.dumps(r) + "\n" for r in rows))
+        else:
+            if start == 0:
+                print(f"{'#':>4} {'tokens':>6} {'score':>10} {'z':>7} {'p-value':>10} {'threshold':>10}  decision")
+            for i, r in enumerate(rows, start):
+                print(f"{i:>4} {r['n_tokens']:>6} {r['score']:>10.3f} {r['z']:>7.2f} {r['p_value']:>10.2e} "
+                      f"{r['threshold']:>10.3f}  {'WATERMARKED' if r['is_watermarked'] else 'not watermarked'}")
+        start += len(rows)
+    if not args.json and res is not None:
         print(f"key {res.key_fingerprint}; threshold: {res.threshold_source} (alpha={res.alpha}); p-value: {res.p_value_method}")
     return 0
 
@@ -187,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--calibration", help="calibration JSON from `sketchwm calibrate` (default: analytic threshold)")
     d.add_argument("--alpha", type=float, default=0.01)
     d.add_argument("--json", action="store_true", help="one JSON result per line")
+    d.add_argument("--chunk-size", type=int, default=4096,
+                   help="texts read and detected at a time (large JSONL inputs stream in bounded memory)")
     _add_config_args(d)
     d.set_defaults(func=cmd_detect)
 

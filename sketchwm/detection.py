@@ -262,7 +262,7 @@ class Detector:
         self.calibration = calibration
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        """Texts → id lists (no special tokens).
+        """Texts → id lists (no special tokens); a fast Hugging Face tokenizer encodes the batch in one call.
 
         Raises:
             InputError: an empty text (names its index).
@@ -272,6 +272,8 @@ class Detector:
         for i, t in enumerate(texts):
             if not isinstance(t, str) or not t.strip():
                 raise InputError(f"text {i} is empty")
+        if getattr(self.tokenizer, "is_fast", False) and callable(self.tokenizer):  # one batched (Rust) call
+            return [list(x) for x in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
         return [list(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
 
     def decide(self, score: torch.Tensor, p_value: torch.Tensor, n_tokens: torch.Tensor) -> tuple[torch.Tensor, str, torch.Tensor]:
