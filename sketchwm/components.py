@@ -127,11 +127,7 @@ def distinct_token_sums(ids: torch.Tensor, valid: torch.Tensor, values: torch.Te
     B, N = ids.shape
     integral = not values.dtype.is_floating_point
     if ids.device.type != "cpu":
-        tok = torch.sort(torch.where(valid, ids, V), dim=1).values
-        first = torch.ones_like(tok, dtype=torch.bool)
-        first[:, 1:] = tok[:, 1:] != tok[:, :-1]
-        acc = torch.int64 if integral else torch.float64
-        return ((values[tok] * first).sum(1, dtype=acc), (keep[tok].to(torch.int64) * first).sum(1))
+        return _distinct_token_sums_torch(ids, valid, values, keep)
     ids_np, valid_np = ids.numpy(), valid.numpy()
     vals_np, keep_np = values.numpy(), keep.to(torch.int8).numpy()
     all_valid = bool(valid_np.all())  # numpy: no torch thread spin-wait (see ids_summary)
@@ -166,6 +162,17 @@ def distinct_token_sums(ids: torch.Tensor, valid: torch.Tensor, values: torch.Te
         bounds = [round(B * j / workers) for j in range(workers + 1)]
         list(_thread_pool(workers).map(run, bounds[:-1], bounds[1:]))
     return torch.from_numpy(T), torch.from_numpy(n)
+
+
+def _distinct_token_sums_torch(ids: torch.Tensor, valid: torch.Tensor, values: torch.Tensor,
+                               keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`distinct_token_sums` in plain torch ops (any device; used off the CPU)."""
+    V = values.shape[0] - 1
+    tok = torch.sort(torch.where(valid, ids, V), dim=1).values
+    first = torch.ones_like(tok, dtype=torch.bool)
+    first[:, 1:] = tok[:, 1:] != tok[:, :-1]
+    acc = torch.float64 if values.dtype.is_floating_point else torch.int64
+    return (values[tok].to(acc) * first).sum(1), (keep[tok].to(torch.int64) * first).sum(1)
 
 
 _POOL: ThreadPoolExecutor | None = None

@@ -122,3 +122,18 @@ def test_detect_batch_errors(builtin_registry, key, tmp_path, tiny):
         det.detect_batch(ids[:0], valid[:0])
     out = det.detect_batch(ids, valid)
     assert out.is_watermarked.shape == (ids.shape[0],)
+
+
+def test_distinct_token_sums_numpy_and_torch_paths_agree():
+    from sketchwm.components import _distinct_token_sums_torch, distinct_token_sums
+
+    ids, valid = _random_batch(B=600, N=50, seed=5)  # more rows than one chunk: exercises the threads
+    g = torch.Generator().manual_seed(0)
+    keep = (torch.rand(V + 1, generator=g) < 0.8).to(torch.int8)
+    keep[V] = 0
+    for values in (torch.randint(-4, 5, (V + 1,), generator=g).to(torch.int8), torch.randn(V + 1, generator=g, dtype=torch.float64)):
+        values[V] = 0
+        T, n = distinct_token_sums(ids, valid, values, keep, chunk=64)
+        T2, n2 = _distinct_token_sums_torch(ids, valid, values, keep)
+        assert torch.equal(n, n2)
+        torch.testing.assert_close(T.double(), T2.double(), rtol=1e-12, atol=1e-12)
