@@ -419,6 +419,9 @@ class GlobalSketchScheme(WatermarkScheme):
                                               self.sketch.keep_table().to(torch.int8))
         T, n_d = distinct_token_sums(ids, valid, *tables)  # (B,), (B,)
         mu, var = self.background_moments(lengths)  # all tokens: the length the background model sees
+        if T.device.type == "cpu":  # (B,) arithmetic in numpy: a small torch op here waits ~10 ms on the thread pool
+            z = (T.numpy().astype(np.float64) - mu.numpy()) / np.sqrt(np.maximum(var.numpy(), 1e-12))
+            return torch.from_numpy(z), n_d
         return (T.to(self.device, torch.float64) - mu) / var.clamp_min(1e-12).sqrt(), n_d.to(self.device)
 
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
@@ -435,7 +438,12 @@ class GlobalSketchScheme(WatermarkScheme):
         ids, valid = ids.to(self.device), valid.to(self.device)
         if self.null == "background":
             z, n = self._background(ids, valid)
-            p = torch.special.ndtr(self.params.null_margin - z)  # 1 − Φ(z − β), accurate in the tail
+            if z.device.type == "cpu":  # 1 − Φ(z − β) = Φ(β − z), accurate in the tail
+                from scipy.special import ndtr
+
+                p = torch.from_numpy(ndtr(self.params.null_margin - z.numpy()))
+            else:
+                p = torch.special.ndtr(self.params.null_margin - z)
             return SchemeScores(z, z, p, n, f"fixed-key background null, 1-Phi(z - {self.params.null_margin:g}) "
                                            f"(token prior: {self.prior_desc.get('source')})")
         h, n = self.sketch_ids(ids, valid)
