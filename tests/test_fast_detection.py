@@ -137,3 +137,17 @@ def test_distinct_token_sums_numpy_and_torch_paths_agree():
         T2, n2 = _distinct_token_sums_torch(ids, valid, values, keep)
         assert torch.equal(n, n2)
         torch.testing.assert_close(T.double(), T2.double(), rtol=1e-12, atol=1e-12)
+
+
+def test_unigram_distinct_counts_match_first_occurrence(key):
+    from sketchwm_baselines.common import first_occurrence
+    from sketchwm_baselines.unigram import UnigramScheme
+
+    sch = UnigramScheme({}, key, V)
+    ids, valid = _random_batch(seed=7)
+    keep = first_occurrence(ids, valid)
+    n_ref, g_ref = keep.sum(1), (sch.green_mask[ids] & keep).sum(1)
+    s = sch.score_ids(ids, valid)
+    assert torch.equal(s.n_scored, n_ref)
+    gamma = sch.n_green / V
+    torch.testing.assert_close(s.z, (g_ref - gamma * n_ref).double() / (n_ref * gamma * (1 - gamma)).double().sqrt())
