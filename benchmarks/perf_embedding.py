@@ -1,16 +1,26 @@
-"""Cost of one global-sketch embedding step relative to one softmax, measured side by side.
+"""Cost of one global-sketch embedding step relative to one softmax on the same logits, side by side.
 
-One embedding step (seed paper Alg. 1, lines 5-9: expected sketch eq. 5, residual, per-token score
-eq. 6, exponential tilt eq. 7) on float32 logits of shape (1, 256, 126464) — LLaDA's vocabulary —
-with a Count-Sketch d = 4, w = 256 (D = 1,024), divided by ``torch.softmax`` on the same tensor.
-The two are interleaved and each ratio is taken within one repeat, so machine noise cancels;
-the median ratio is reported. The floor is one softmax plus one pass over the logits.
+One embedding step (seed paper Alg. 1, lines 5-9: expected sketch eq. 5 or its presence analogue,
+residual, per-token score eq. 6, exponential tilt eq. 7, :meth:`GlobalSketchScheme.process_logits`)
+on float32 logits of shape (1, 256, 126464) — LLaDA's vocabulary — at D = 1,024 (d = 4, w = 256),
+against one softmax of the same tensor. Both sides follow the same allocation policy and neither
+mutates the input:
 
-``--counting presence`` uses the default presence sketch; ``--eos ID`` sets a stop token, so the
-step computes the expected sketch of the text cut at its first EOS (issue 13).
+* ``allocating``: softmax → ``torch.softmax(logits)`` (a fresh output); embedding → a fresh copy of
+  the logits, tilted in place by ``process_logits`` (the copy is its output allocation).
+* ``inplace``: both write into a preallocated output: softmax → ``aten._softmax.out``; embedding →
+  ``out.copy_(logits)`` then ``process_logits`` on ``out``.
 
-Usage: python benchmarks/perf_embedding.py [--device cpu|cuda] [--repeats 15] [--counting count|presence] [--eos ID]
-Last line: {"ratio": ...}
+The input is checked unchanged at the end. Schemes: the default (presence Count-Sketch,
+``exclude_top`` 300 with a Zipf prior; ``ratio``, ``ratio_inplace``) and the paper's count sketch
+(``ratio_count``, ``ratio_count_inplace``). Contenders are interleaved and each ratio is the median
+over repeats of per-repeat ratios, so machine noise cancels.
+
+``--eos ID`` sets a stop token, so the step computes the expected sketch of the text cut at its
+first EOS (issue 13).
+
+Usage: python benchmarks/perf_embedding.py [--device cpu|cuda] [--threads 2] [--repeats 9] [--eos ID]
+Last line: {"ratio": ..., "ratio_inplace": ..., ...}
 """
 
 from __future__ import annotations
@@ -18,83 +28,78 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
+import sys
+import tempfile
+from pathlib import Path
 
+import numpy as np
 import torch
 
-from sketchwm.components import DenoiseStep
-from sketchwm.keys import WatermarkKey
-from sketchwm.registry import Registry, get_plugin_manager
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _perf import add_common_args, builtin_registry, interleaved, median_ms, setup  # noqa: E402
+
+from sketchwm.components import DenoiseStep  # noqa: E402
+from sketchwm.keys import WatermarkKey  # noqa: E402
 
 
-def builtin_registry() -> Registry:
-    import importlib.metadata
-
-    eps = [e for e in importlib.metadata.entry_points(group="sketchwm") if e.name.startswith("builtin")]
-    return Registry(get_plugin_manager(eps))
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--repeats", type=int, default=15)
+    add_common_args(ap, repeats=9)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--positions", type=int, default=256)
     ap.add_argument("--vocab", type=int, default=126464)
-    ap.add_argument("--counting", choices=["count", "presence"], default="count")
-    ap.add_argument("--eos", type=int, default=None, help="stop token id (cut-text expected sketch)")
-    args = ap.parse_args()
-    dev = torch.device(args.device)
+    ap.add_argument("--masked", type=float, default=0.75, help="fraction of masked positions")
+    ap.add_argument("--eos", type=int, default=None,
+                    help="stop token id: the step computes the expected sketch of the text cut at its first EOS (issue 13)")
+    args = ap.parse_args(argv)
+    dev = setup(args)
     B, G, V = args.batch, args.positions, args.vocab
     reg = builtin_registry()
-    scheme = reg.get("scheme", "global-sketch")(
-        {"prior": {"source": "uniform"}, "delta": 1.0,
-         "sketch": {"name": "count-sketch", "params": {"d": 4, "w": 256, "counting": args.counting}}},
-        WatermarkKey(b"benchmark key, not a secret!!!!!"), V, device=dev, registry=reg,
-    )
-    scheme.set_stop_token(args.eos)
+    key = WatermarkKey(b"benchmark key, not a secret!!!!!")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "prior.npy"
+        np.save(path, 1e9 / np.arange(1, V + 1) ** 1.1)
+        prior = {"source": "file", "path": str(path)}
+        schemes = {
+            "default": reg.create("scheme", "global-sketch", {"prior": prior}, key, V, device=dev, registry=reg),
+            "count": reg.create("scheme", "global-sketch", {"prior": prior, "sketch": {"name": "count-sketch", "params": {
+                "d": 4, "w": 256, "counting": "count"}}, "null": "key-randomised"}, key, V, device=dev, registry=reg),
+        }
+    for sch in schemes.values():
+        sch.set_stop_token(args.eos)
     g = torch.Generator(device="cpu").manual_seed(0)
-    logits = torch.randn(B, G, V, generator=g).to(dev)  # (B, G, V) float32
-    masked = (torch.rand(B, G, generator=g) < 0.75).to(dev)  # (B, G)
+    logits = torch.randn(B, G, V, generator=g).to(dev)  # (B, G, V) float32, never modified
+    before = logits.clone()
+    masked = (torch.rand(B, G, generator=g) < args.masked).to(dev)  # (B, G)
     tokens = torch.randint(0, V, (B, G), generator=g).to(dev)
-    step = DenoiseStep(10, 64, tokens, masked, logits, torch.zeros(B, 1, dtype=torch.long, device=dev),
-                       torch.ones(B, 1, dtype=torch.bool, device=dev), (0, G), V)
+    out_soft = torch.empty_like(logits)
+    out_emb = torch.empty_like(logits)
 
-    def sync() -> None:
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
+    def embed(scheme, out: torch.Tensor) -> torch.Tensor:
+        step = DenoiseStep(10, 64, tokens, masked, out, torch.zeros(B, 1, dtype=torch.long, device=dev),
+                           torch.ones(B, 1, dtype=torch.bool, device=dev), (0, G), V)
+        return scheme.process_logits(step)
 
-    def timed(fn) -> float:
-        sync()
-        t = time.perf_counter()
-        out = fn()
-        sync()
-        dt = time.perf_counter() - t
-        del out
-        return dt
+    fns = {"softmax": lambda: torch.softmax(logits, -1),
+           "softmax_inplace": lambda: torch.ops.aten._softmax.out(logits, -1, False, out=out_soft)}
+    for name, sch in schemes.items():
+        fns[f"{name}"] = (lambda sch=sch: embed(sch, logits.clone()))
+        fns[f"{name}_inplace"] = (lambda sch=sch: embed(sch, out_emb.copy_(logits)))
+    times = interleaved(fns, args.repeats, dev)
+    assert torch.equal(logits, before), "the input logits were modified"
 
-    with torch.no_grad():
-        for _ in range(2):  # warm-up
-            timed(lambda: torch.softmax(logits, -1))
-            timed(lambda: scheme.process_logits(step))
-        ratios, t_soft, t_emb = [], [], []
-        for _ in range(args.repeats):
-            a = timed(lambda: torch.softmax(logits, -1))
-            b = timed(lambda: scheme.process_logits(step))
-            t_soft.append(a)
-            t_emb.append(b)
-            ratios.append(b / a)
-    res = {
-        "device": str(dev), "shape": [B, G, V], "D": scheme.sketch.dim, "threads": torch.get_num_threads(),
-        "counting": args.counting, "eos": args.eos,
-        "softmax_ms_median": round(1e3 * statistics.median(t_soft), 2),
-        "embedding_ms_median": round(1e3 * statistics.median(t_emb), 2),
-        "ratio": round(statistics.median(ratios), 3),
-    }
-    print(f"softmax {res['softmax_ms_median']} ms, embedding step {res['embedding_ms_median']} ms "
-          f"(median of {args.repeats} side-by-side repeats on {dev})")
+    def ratio(a: str, b: str) -> float:
+        return round(statistics.median(x / y for x, y in zip(times[a], times[b])), 3)
+
+    res = {"ratio": ratio("default", "softmax"), "ratio_inplace": ratio("default_inplace", "softmax_inplace"),
+           "ratio_count": ratio("count", "softmax"), "ratio_count_inplace": ratio("count_inplace", "softmax_inplace"),
+           "median_ms": {k: median_ms(v) for k, v in times.items()}, "device": str(dev), "shape": [B, G, V],
+           "D": schemes["default"].sketch.dim, "threads": torch.get_num_threads(), "repeats": args.repeats, "eos": args.eos}
+    for k, v in res["median_ms"].items():
+        print(f"{k:>16}: {v:8.2f} ms")
     print(json.dumps(res))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -242,13 +242,13 @@ class Watermarker:
                         expected_tokenizer=self.config.tokenizer)
 
     def detect(self, texts: Sequence[str], calibration: Any = None, alpha: float = 0.01, *, per_item: bool = False,
-               progress: bool = False) -> DetectionResult:
+               progress: bool = False, index_offset: int = 0) -> DetectionResult:
         """Detect the watermark in texts (see :class:`Detector`; ``per_item`` and ``progress`` as in
-        :meth:`Detector.detect`). The result's ``provenance`` names the scheme and its params, the
+        :meth:`Detector.detect`; ``index_offset`` shifts the text indices in error messages). The result's ``provenance`` names the scheme and its params, the
         backend and model, the key fingerprint and the package version."""
         from . import __version__
 
-        res = self.detector(calibration, alpha).detect(texts, per_item=per_item, progress=progress)
+        res = self.detector(calibration, alpha).detect(texts, per_item=per_item, progress=progress, index_offset=index_offset)
         params = self.scheme.params.model_dump(mode="json") if hasattr(self.scheme.params, "model_dump") else {}
         res.provenance = {
             "scheme": {"name": self.config.scheme.name, "params": params},

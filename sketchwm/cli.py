@@ -258,51 +258,72 @@ def _detect_config(args: argparse.Namespace, recs: list[dict[str, Any]]) -> tupl
 
 
 def cmd_detect(args: argparse.Namespace) -> int:
-    from .io import read_records
+    import itertools
+
+    from .io import iter_record_chunks
 
     key = _key(args)  # key errors first, before reading (possibly) stdin
-    recs = read_records(args.input)
-    cfg, cfg_source = _detect_config(args, recs)
+    chunks = iter_record_chunks(args.input, args.chunk_size)  # bounded memory: one chunk at a time
+    first = next(chunks)
+    cfg, cfg_source = _detect_config(args, first)
+    recorded_cfg = json.dumps(_recorded_config(first), sort_keys=True) if cfg_source == "records" else None
     from .api import Watermarker
+    from .detection import Calibration
 
     wm = Watermarker(key, cfg)
-    recorded = {r["tokenizer"] for r in recs if isinstance(r.get("tokenizer"), str)}
-    if recorded and recorded != {wm.backend.tokenizer_fingerprint}:
-        from .errors import TokenizerMismatchError
+    calibration = Calibration.load(args.calibration) if args.calibration else None
+    start, errors, res, notes = 0, [], None, []
+    for recs in itertools.chain([first], chunks):
+        if recorded_cfg is not None and start > 0:
+            later = _recorded_config(recs)
+            if later is not None and json.dumps(later, sort_keys=True) != recorded_cfg:
+                field = _first_difference(json.loads(recorded_cfg), later)
+                raise InputError(f"the input mixes configurations (records from {start + 1} on differ in {field}): "
+                                 "detect each group separately, or pass --config FILE to use one configuration for all")
+        recorded = {r["tokenizer"] for r in recs if isinstance(r.get("tokenizer"), str)}
+        if recorded and recorded != {wm.backend.tokenizer_fingerprint}:
+            from .errors import TokenizerMismatchError
 
-        raise TokenizerMismatchError(
-            f"the input was generated with tokenizer {', '.join(sorted(recorded))}, but the detector's backend uses "
-            f"tokenizer {wm.backend.tokenizer_fingerprint}: pass the generating --backend"
-        )
-    res = wm.detect([r["text"] for r in recs], calibration=args.calibration, alpha=args.alpha, per_item=True,
-                    progress=_progress(args))
-    errors = [e for e in res.errors or [] if e is not None]
-    if len(errors) == len(recs):
-        raise InputError(errors[0] if len(recs) == 1 else
-                         f"none of the {len(recs)} texts could be scored (first: {errors[0]})")
-    prov = dict(res.provenance or {}, config_source=cfg_source, calibration=args.calibration, created=_now())
-    res.provenance = prov
-    rows = res.to_records()
-    if args.json:
-        for i, r in enumerate(rows):
-            print(json.dumps({"index": i, **r}))
-    else:
-        print(f"{'#':>4} {'tokens':>6} {'score':>10} {'z':>7} {'p-value':>10} {'threshold':>10}  decision")
-        notes = []
-        for i, r in enumerate(rows):
-            if r["status"] != "ok":
-                print(f"{i:>4} {r['n_tokens']:>6} {'-':>10} {'-':>7} {'-':>10} {'-':>10}  not scored: {r['error']}")
-                continue
-            print(f"{i:>4} {r['n_tokens']:>6} {r['score']:>10.3f} {r['z']:>7.2f} {r['p_value']:>10.2e} "
-                  f"{r['threshold']:>10.3f}  {'WATERMARKED' if r['is_watermarked'] else 'not watermarked'}")
-            if r.get("explanation"):
-                notes.append(f"  #{i}: {r['explanation']}")
+            raise TokenizerMismatchError(
+                f"the input was generated with tokenizer {', '.join(sorted(recorded))}, but the detector's backend uses "
+                f"tokenizer {wm.backend.tokenizer_fingerprint}: pass the generating --backend"
+            )
+        res = wm.detect([r["text"] for r in recs], calibration=calibration, alpha=args.alpha, per_item=True,
+                        progress=_progress(args), index_offset=start)
+        chunk_errors = [e for e in res.errors or [] if e is not None]
+        if start == 0 and len(chunk_errors) == len(recs):
+            rest = next(chunks, None)
+            if rest is None:  # the whole input, and nothing could be scored
+                raise InputError(chunk_errors[0] if len(recs) == 1 else
+                                 f"none of the {len(recs)} texts could be scored (first: {chunk_errors[0]})")
+            chunks = itertools.chain([rest], chunks)
+        errors += chunk_errors
+        res.provenance = dict(res.provenance or {}, config_source=cfg_source, calibration=args.calibration, created=_now())
+        rows = res.to_records()
+        if args.json:
+            sys.stdout.write("".join(json.dumps({"index": i, **r}) + "\n" for i, r in enumerate(rows, start)))
+        else:
+            if start == 0:
+                print(f"{'#':>4} {'tokens':>6} {'score':>10} {'z':>7} {'p-value':>10} {'threshold':>10}  decision")
+            for i, r in enumerate(rows, start):
+                if r["status"] != "ok":
+                    print(f"{i:>4} {r['n_tokens']:>6} {'-':>10} {'-':>7} {'-':>10} {'-':>10}  not scored: {r['error']}")
+                    continue
+                print(f"{i:>4} {r['n_tokens']:>6} {r['score']:>10.3f} {r['z']:>7.2f} {r['p_value']:>10.2e} "
+                      f"{r['threshold']:>10.3f}  {'WATERMARKED' if r['is_watermarked'] else 'not watermarked'}")
+                if r.get("explanation"):
+                    notes.append(f"  #{i}: {r['explanation']}")
+        start += len(rows)
+    if not args.json and res is not None:
+        prov = res.provenance
         print(f"key {res.key_fingerprint}; threshold: {res.threshold_source} (alpha={res.alpha}); p-value: {res.p_value_method}; "
               f"scheme {prov['scheme']['name']} (config from {cfg_source}); sketchwm {prov['sketchwm_version']}")
         for n in notes:
             print(n)
+    if errors and len(errors) == start:
+        raise InputError(f"none of the {start} texts could be scored (first: {errors[0]})")
     if errors and args.strict:
-        print(f"sketchwm: error: {len(errors)} of {len(recs)} texts could not be scored (first: {errors[0]}); "
+        print(f"sketchwm: error: {len(errors)} of {start} texts could not be scored (first: {errors[0]}); "
               "drop --strict to report them per text", file=sys.stderr)
         return 2
     return 0
@@ -408,6 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--strict", action="store_true", help="exit 2 if any text cannot be scored (default: report it "
                                                          "in that text's result and score the rest)")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
+    d.add_argument("--chunk-size", type=positive_int, default=4096,
+                   help="texts read and detected at a time (large JSONL inputs stream in bounded memory)")
     _add_config_args(d)
     d.set_defaults(func=cmd_detect)
 

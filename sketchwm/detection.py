@@ -23,11 +23,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 from pydantic import Field
 
 from . import __version__
-from .components import WatermarkScheme, tokenizer_fingerprint
+from .components import WatermarkScheme, ids_summary, tokenizer_fingerprint
 from .config import StrictModel, config_hash
 from .errors import CalibrationError, InputError, TokenizerMismatchError
 
@@ -38,14 +39,15 @@ CALIBRATION_VERSION = 1
 
 
 def pad_ids(id_lists: Sequence[Sequence[int]], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad id lists → ids (B, N) int64 and valid (B, N) bool."""
-    n = max((len(x) for x in id_lists), default=0)
-    ids = torch.full((len(id_lists), max(n, 1)), pad, dtype=torch.long)
-    valid = torch.zeros_like(ids, dtype=torch.bool)
-    for b, x in enumerate(id_lists):  # per text, building the batch
-        if len(x):
-            ids[b, : len(x)] = torch.as_tensor(list(x), dtype=torch.long)
-            valid[b, : len(x)] = True
+    """Right-pad id lists → ids (B, N) int64 and valid (B, N) bool (one flat copy, no per-text tensors)."""
+    import itertools
+
+    lengths = torch.tensor([len(x) for x in id_lists], dtype=torch.long)
+    n = int(lengths.max()) if len(id_lists) else 0
+    valid = torch.arange(max(n, 1))[None, :] < lengths[:, None]  # (B, N)
+    ids = torch.full(valid.shape, pad, dtype=torch.long)
+    flat = torch.tensor(list(itertools.chain.from_iterable(id_lists)), dtype=torch.long)
+    ids[valid] = flat  # row-major order of valid matches the concatenation
     return ids, valid
 
 
@@ -330,7 +332,7 @@ class Detector:
         self.calibration = calibration
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        """Texts → id lists (no special tokens).
+        """Texts → id lists (no special tokens); a fast Hugging Face tokenizer encodes the batch in one call.
 
         Raises:
             InputError: an empty text (names its index).
@@ -340,6 +342,8 @@ class Detector:
         for i, t in enumerate(texts):
             if not isinstance(t, str) or not t.strip():
                 raise InputError(f"text {i} is empty")
+        if getattr(self.tokenizer, "is_fast", False) and callable(self.tokenizer):  # one batched (Rust) call
+            return [list(x) for x in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
         return [list(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
 
     def decide(
@@ -381,35 +385,42 @@ class Detector:
     def thresholds(self, n_tokens: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """The two thresholds of :meth:`decide` for lengths (B,) int64: analytic τ_α and calibrated τ_N,
         each (B,) float64 or None when the scheme has no closed form / no calibration was given."""
-        try:
-            analytic = torch.tensor([self.scheme.analytic_threshold(self.alpha, int(k)) for k in n_tokens],
-                                    dtype=torch.float64)
-        except NotImplementedError:
-            analytic = None
+        analytic = self._analytic(n_tokens)
         calibrated = self.calibration.threshold_for(n_tokens) if self.calibration is not None else None
         return analytic, calibrated
 
-    def detect(self, texts: Sequence[str], *, per_item: bool = False, progress: bool = False) -> DetectionResult:
+    def _analytic(self, n_tokens: torch.Tensor) -> torch.Tensor | None:
+        """τ_α per text, (B,) float64, evaluated once per distinct length; None without a closed form."""
+        lengths, inverse = np.unique(n_tokens.long().cpu().numpy(), return_inverse=True)
+        try:
+            per_len = np.array([float(self.scheme.analytic_threshold(self.alpha, int(k))) for k in lengths.tolist()],
+                               dtype=np.float64)
+        except NotImplementedError:
+            return None
+        return torch.from_numpy(per_len[inverse.reshape(-1)])
+
+    def detect(self, texts: Sequence[str], *, per_item: bool = False, progress: bool = False,
+               index_offset: int = 0) -> DetectionResult:
         """Detect in texts (see :meth:`detect_ids`).
 
         Args:
             per_item: False raises on the first text that cannot be scored; True scores the others and
                 records the reason in ``DetectionResult.errors`` (batch use: one result per text).
             progress: a tqdm bar per text (on stderr).
+            index_offset: added to the text indices named in error messages (a chunk of a stream).
         """
         if isinstance(texts, str):
             raise InputError("detect expects a list of texts, got a single string")
         if not per_item:
             return self.detect_ids(self.tokenize(texts), progress=progress)
         errors: list[str | None] = [None] * len(texts)
-        lists: list[list[int]] = []
-        for i, t in enumerate(texts):
-            if not isinstance(t, str) or not t.strip():
-                errors[i] = f"text {i} is empty"
-                lists.append([])
-            else:
-                lists.append(list(self.tokenizer.encode(t, add_special_tokens=False)))
-        return self.detect_ids(lists, per_item=True, progress=progress, _errors=errors)
+        good = [i for i, t in enumerate(texts) if isinstance(t, str) and t.strip()]
+        for i in set(range(len(texts))) - set(good):
+            errors[i] = f"text {i + index_offset} is empty"
+        lists: list[list[int]] = [[] for _ in texts]
+        for i, ids in zip(good, self.tokenize([texts[i] for i in good]) if good else []):  # one batched call
+            lists[i] = ids
+        return self.detect_ids(lists, per_item=True, progress=progress, index_offset=index_offset, _errors=errors)
 
     def check_ids(self, i: int, ids: Sequence[int]) -> str | None:
         """Why text ``i`` (an id list) cannot be scored, or None if it can."""
@@ -424,8 +435,8 @@ class Detector:
         return None
 
     def detect_ids(
-        self, id_lists: Sequence[Sequence[int]], *, per_item: bool = False, progress: bool = False,
-        chunk: int = 256, _errors: list[str | None] | None = None,
+        self, id_lists: "Sequence[Sequence[int]] | torch.Tensor", *, per_item: bool = False, progress: bool = False,
+        chunk: int = 256, index_offset: int = 0, _errors: list[str | None] | None = None,
     ) -> DetectionResult:
         """Detect in token-id lists, scored in chunks of ``chunk`` texts (each one vectorised call).
 
@@ -433,18 +444,24 @@ class Detector:
             per_item: see :meth:`detect`; unscored texts get NaN statistics, ``is_watermarked`` False
                 and their reason in ``errors``.
             progress: a tqdm bar counting texts.
+            chunk: texts per vectorised scoring call (bounds memory).
+            index_offset: added to the text indices named in error messages.
+
+        A (B, N) int64 tensor (every entry a token) goes to :meth:`detect_batch`.
 
         Raises:
             InputError: no texts; without ``per_item``, an empty or too-short text (fewer than
                 ``scheme.min_tokens`` tokens) or ids outside [0, V).
         """
+        if torch.is_tensor(id_lists):  # a pre-tokenised (B, N) batch, every entry a token
+            return self.detect_batch(id_lists)
         B = len(id_lists)
         if B == 0:
             raise InputError("no texts to detect")
         errors = list(_errors) if _errors is not None else [None] * B
         for i, ids in enumerate(id_lists):
             if errors[i] is None:
-                errors[i] = self.check_ids(i, ids)
+                errors[i] = self.check_ids(i + index_offset, ids)
             if errors[i] is not None and not per_item:
                 raise InputError(errors[i])
         good = [i for i in range(B) if errors[i] is None]
@@ -479,6 +496,45 @@ class Detector:
             n_tokens=n, threshold_source=source, alpha=self.alpha, key_fingerprint=self.key_fingerprint,
             scheme=self.scheme.name, p_value_method=method, errors=errors if per_item else None,
             tau_analytic=analytic, tau_calibrated=calibrated,
+        )
+
+    def detect_batch(self, ids: torch.Tensor, valid: torch.Tensor | None = None) -> DetectionResult:
+        """Detect in a padded batch: ids (B, N) int64, valid (B, N) bool (None: all valid).
+
+        Everything is vectorised over the batch (checks, scores, p-values, thresholds, decisions).
+
+        Raises:
+            InputError: no texts, a wrongly shaped batch, an empty or too-short text (names the first
+                such index), ids outside [0, V) (names the text).
+        """
+        if ids.dim() != 2 or ids.shape[0] == 0:
+            raise InputError(f"expected a non-empty (B, N) batch of token ids, got shape {tuple(ids.shape)}")
+        if ids.dtype.is_floating_point or ids.dtype == torch.bool:
+            raise InputError(f"token ids must be integers, got {ids.dtype}")
+        ids = ids.long()
+        valid = torch.ones_like(ids, dtype=torch.bool) if valid is None else valid.to(ids.device, torch.bool)
+        if valid.shape != ids.shape:
+            raise InputError(f"valid has shape {tuple(valid.shape)} but ids have {tuple(ids.shape)}")
+        lengths, lo, hi = ids_summary(ids, valid)  # (B,) int64, valid id range
+        short = lengths < self.scheme.min_tokens
+        if bool(short.any()):
+            i = int(short.nonzero()[0, 0])
+            if int(lengths[i]) == 0:
+                raise InputError(f"text {i} is empty")
+            raise InputError(f"text {i} has {int(lengths[i])} tokens; at least {self.scheme.min_tokens} are needed for detection")
+        V = self.scheme.vocab_size
+        if lo < 0 or hi >= V:  # name the first offending text
+            bad = valid & ((ids < 0) | (ids >= V))
+            i, j = (int(t) for t in bad.nonzero()[0])
+            raise InputError(f"text {i} has token id {int(ids[i, j])} outside the vocabulary [0, {V})")
+        s = self.scheme.score_ids(ids, valid)
+        n = s.n_scored.cpu()
+        analytic, calibrated = self.thresholds(lengths.cpu())
+        thr, source, decide = self.decide(s.score.cpu(), s.p_value.cpu(), lengths.cpu(), (analytic, calibrated))
+        return DetectionResult(
+            score=s.score.cpu(), z=s.z.cpu(), p_value=s.p_value.cpu(), threshold=thr, is_watermarked=decide,
+            n_tokens=n, threshold_source=source, alpha=self.alpha, key_fingerprint=self.key_fingerprint,
+            scheme=self.scheme.name, p_value_method=s.p_value_method, tau_analytic=analytic, tau_calibrated=calibrated,
         )
 
 

@@ -46,6 +46,12 @@ class SamplerConfig(StrictModel):
         top_p: nucleus filter on the tempered, tilted marginals (1.0 = off), as Dream applies it.
         remasking: which masked positions to commit first.
         stop_at_eos: cut each text at the first EOS token.
+        marginal_refresh: r >= 1. For schemes with ``packed_marginals`` on the random-remasking path:
+            the LM head runs on every masked row only every r-th step; in between, the masked rows
+            that are not sampled keep their marginals from the last refresh (masked rows are never
+            re-masked, so they are a subset of the refreshed ones) and only the K sampled rows are
+            computed fresh. 1 (default) is the exact computation of eq. 5 at every step; the effect
+            of r > 1 on the tilt and on detection z is measured by ``benchmarks/perf_generate.py``.
     """
 
     gen_length: int = Field(128, ge=1)
@@ -55,6 +61,7 @@ class SamplerConfig(StrictModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     remasking: Literal["low_confidence", "random", "entropy"] = "random"
     stop_at_eos: bool = True
+    marginal_refresh: int = Field(1, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> "SamplerConfig":
@@ -233,6 +240,7 @@ class MaskedDiffusionSampler:
         if self.scheme is not None:
             self.scheme.set_stop_token(be.eos_token_id if cfg.stop_at_eos else None)  # texts end at the first EOS
             self.scheme.begin(B, G, prompt_ids, prompt_mask)
+        self._marginal_cache = None  # (packed logits, their positions) of the last refresh (marginal_refresh)
         arange_g = torch.arange(G, device=device)
         step_idx = 0
         bar = None
@@ -272,7 +280,7 @@ class MaskedDiffusionSampler:
                     # scheme also gets the masked rows packed, (B, M, V), and no (B, G, V) is built
                     packed_rows: dict[str, torch.Tensor] = {}
                     if packed:
-                        sel, packed_rows = self._packed_logits(x, attn, P, masked, chosen, pos, banned, step_idx)
+                        sel, packed_rows = self._packed_logits(x, attn, P, masked, chosen, pos, ok, banned, step_idx)
                     else:
                         sel = be.logits_at(x, attn, pos + P).float()
                         if banned.numel():
@@ -347,7 +355,7 @@ class MaskedDiffusionSampler:
 
     def _packed_logits(
         self, x: torch.Tensor, attn: torch.Tensor, P: int, masked: torch.Tensor, chosen: torch.Tensor,
-        pos: torch.Tensor, banned: torch.Tensor, step_idx: int,
+        pos: torch.Tensor, ok: torch.Tensor, banned: torch.Tensor, step_idx: int,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The packed-marginals path of one step (schemes with ``packed_marginals``).
 
@@ -355,6 +363,7 @@ class MaskedDiffusionSampler:
             x: (B, P+G) int64 prompt + generation ids; attn: (B, P+G) bool; P: prompt width.
             masked: (B, G) bool, M_t; chosen: (B, G) bool, the positions sampled at this step.
             pos: (B, K) int64 sampled positions (entries beyond a text's count are ignored).
+            ok: (B, K) bool, False on those ignored entries.
             banned: (n,) int64 ids set to -inf; step_idx: for error messages.
 
         Returns:
@@ -374,6 +383,23 @@ class MaskedDiffusionSampler:
                 chosen[:, None, :].float(), kernel_size=2 * radius + 1, stride=1, padding=radius)[:, 0]
             rows_needed = masked & (near > 0)
         mpos, mvalid = packed_masked_positions(rows_needed)  # (B, M), (B, M)
+        M = mpos.shape[1]
+        r = self.config.marginal_refresh
+        cache = getattr(self, "_marginal_cache", None)
+        if r > 1 and step_idx % r and cache is not None and radius is None:
+            # between refreshes: the masked rows' marginals from the last refresh, fresh ones at the K sampled rows
+            old_logits, old_row_of = cache  # (B, M0, V), (B, G) row of each position in old_logits
+            mlogits = torch.gather(old_logits, 1, torch.gather(old_row_of, 1, mpos)[..., None].expand(-1, -1, V))
+            fresh = be.logits_at(x, attn, pos + P).float()  # (B, K, V): the LM head on the sampled rows only
+            if banned.numel():
+                fresh[..., banned] = float("-inf")
+            row_of = torch.zeros_like(masked, dtype=torch.long).scatter_(
+                1, mpos, torch.arange(M, device=mpos.device).expand(B, -1))
+            if not bool(torch.isfinite(fresh.amax(-1))[ok].all()):
+                raise InputError(f"backend '{be.name}' returned NaN or inf logits at step {step_idx}")
+            b_idx, k_idx = ok.nonzero(as_tuple=True)  # the rows really sampled (others repeat or are unmasked)
+            mlogits[b_idx, torch.gather(row_of, 1, pos)[b_idx, k_idx]] = fresh[b_idx, k_idx]
+            return fresh, {"masked_logits": mlogits, "masked_positions": mpos, "masked_valid": mvalid}
         mlogits = be.logits_at(x, attn, mpos + P).float()  # (B, M, V)
         if banned.numel():
             mlogits[..., banned] = float("-inf")
@@ -381,9 +407,10 @@ class MaskedDiffusionSampler:
             raise InputError(f"backend '{be.name}' returned NaN or inf logits at step {step_idx}")
         # row of each generation position in the packed tensor; the sampled positions are masked and
         # near themselves, so they are among the packed rows
-        M = mpos.shape[1]
         row_of = torch.zeros_like(masked, dtype=torch.long).scatter_(
             1, mpos, torch.arange(M, device=mpos.device).expand(B, -1))
+        if r > 1:
+            self._marginal_cache = (mlogits, row_of)  # schemes do not modify masked_logits (DenoiseStep)
         rows = torch.gather(row_of, 1, pos)  # (B, K)
         sel = torch.gather(mlogits, 1, rows[..., None].expand(-1, -1, V))  # (B, K, V), a copy
         return sel, {"masked_logits": mlogits, "masked_positions": mpos, "masked_valid": mvalid}

@@ -19,7 +19,7 @@ from typing import IO, Any, Iterable, Iterator
 from .errors import InputError
 
 __all__ = [
-    "read_texts", "read_records", "read_lines", "write_jsonl_atomic", "write_json_atomic", "write_text_atomic",
+    "read_texts", "read_records", "iter_record_chunks", "read_lines", "write_jsonl_atomic", "write_json_atomic", "write_text_atomic",
     "atomic_write", "read_json_arg", "check_output_path",
 ]
 
@@ -71,14 +71,15 @@ def read_records(path: str) -> list[dict[str, Any]]:
     return [{"text": raw.strip()}]
 
 
-def _parse_jsonl(lines: list[str], path: str, fields: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Parse JSONL lines; each must be an object with a string value in one of ``fields``.
+def _parse_jsonl(lines: list[str], path: str, fields: tuple[str, ...], numbers: list[int] | None = None) -> list[dict[str, Any]]:
+    """Parse JSONL lines; each must be an object with a string value in one of ``fields``
+    (``numbers``: each line's number in the input, for error messages; default 1, 2, ...).
 
     Raises:
         InputError: naming the line that is not JSON or lacks the field.
     """
     out = []
-    for i, ln in enumerate(lines, 1):
+    for i, ln in zip(numbers or range(1, len(lines) + 1), lines):
         try:
             rec = json.loads(ln)
         except (json.JSONDecodeError, RecursionError) as exc:
@@ -88,6 +89,68 @@ def _parse_jsonl(lines: list[str], path: str, fields: tuple[str, ...]) -> list[d
             raise InputError(f"{path}: line {i} has no string field {' or '.join(repr(f) for f in fields)}")
         out.append(rec)
     return out
+
+
+def iter_record_chunks(path: str, chunk: int = 4096) -> Iterator[list[dict[str, Any]]]:
+    """:func:`read_records` in chunks of at most ``chunk`` records, reading the input line by line, so
+    a JSONL input of any size is processed in bounded memory. A plain-text input (first non-empty
+    line not a JSON object) is one record, read whole.
+
+    Raises:
+        InputError: as :func:`read_records` (JSONL errors name the line number in the whole input).
+    """
+    import io as _io
+
+    if path == "-":
+        raw = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
+        fh = _io.TextIOWrapper(raw, encoding="utf-8") if raw is not None else sys.stdin
+        where = "standard input"
+    else:
+        p = Path(path)
+        if not p.exists():
+            raise InputError(f"input file not found: {p}")
+        if p.is_dir():
+            raise InputError(f"input {p} is a directory: pass a file (plain text or JSONL)")
+        try:
+            fh = open(p, encoding="utf-8")
+        except OSError as exc:
+            raise InputError(f"cannot read input file {p}: {exc.strerror or exc}") from None
+        where = f"input file {p}"
+    try:
+        lines: list[str] = []
+        numbers: list[int] = []
+        line_no, jsonl = 0, None
+        try:
+            for raw_line in fh:
+                line_no += 1
+                if not raw_line.strip():
+                    continue
+                if jsonl is None:
+                    jsonl = raw_line.lstrip().startswith("{")
+                    if not jsonl:  # plain text: the whole input is one text
+                        rest = raw_line + fh.read()
+                        yield [{"text": rest.strip()}]
+                        return
+                lines.append(raw_line)
+                numbers.append(line_no)
+                if len(lines) == chunk:
+                    yield _parse_jsonl(lines, path, ("text",), numbers)
+                    lines, numbers = [], []
+        except UnicodeDecodeError as exc:
+            raise InputError(f"{where} is not UTF-8 text (near line {line_no + 1}, byte {exc.start} of it): convert it "
+                             "first, e.g. with iconv -t UTF-8") from None
+        except OSError as exc:
+            raise InputError(f"cannot read {where}: {exc.strerror or exc}") from None
+        if jsonl is None:
+            raise InputError(f"input {path!r} is empty")
+        if lines:
+            yield _parse_jsonl(lines, path, ("text",), numbers)
+    finally:
+        if path == "-":
+            if fh is not sys.stdin:
+                fh.detach()  # leave the process's stdin open
+        else:
+            fh.close()
 
 
 def read_texts(path: str) -> list[str]:

@@ -255,9 +255,14 @@ def binomial_logsf(k: torch.Tensor, n: torch.Tensor, p: float) -> torch.Tensor:
 
 
 def hypergeom_logsf(k: torch.Tensor, population: int, successes: int, draws: torch.Tensor) -> torch.Tensor:
-    """Exact log P(X >= k) for X ~ Hypergeometric(population, successes, draws) → (B,) float64."""
-    nn = _np(draws)
-    return _log_p(stats.hypergeom.logsf(_np(k) - 1.0, population, successes, nn), nn)
+    """Exact log P(X >= k) for X ~ Hypergeometric(population, successes, draws) → (B,) float64.
+
+    Evaluated once per distinct (k, draws) pair (scipy's hypergeometric tail loops in Python per
+    element; a batch of texts has far fewer distinct pairs than texts)."""
+    nn, kk = _np(draws), _np(k)
+    pairs, inverse = np.unique(np.stack([kk, nn], 1), axis=0, return_inverse=True)
+    lp = stats.hypergeom.logsf(pairs[:, 0] - 1.0, population, successes, pairs[:, 1])
+    return _log_p(lp[inverse.reshape(-1)], nn)
 
 
 def gamma_logsf(s: torch.Tensor, n: torch.Tensor) -> torch.Tensor:

@@ -16,11 +16,11 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from sketchwm.components import DenoiseStep, SchemeScores, WatermarkScheme
+from sketchwm.components import DenoiseStep, SchemeScores, WatermarkScheme, distinct_token_sums
 from sketchwm.config import StrictModel
 from sketchwm.prf import keyed_uniform
 
-from .common import check_ids, first_occurrence, hypergeom_logsf, log10_threshold, scores_from_log_p, standardise
+from .common import check_ids, hypergeom_logsf, log10_threshold, scores_from_log_p, standardise
 
 __all__ = ["UnigramScheme", "UnigramParams"]
 
@@ -65,13 +65,20 @@ class UnigramScheme(WatermarkScheme):
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
         """z-score and exact hypergeometric p-value of the distinct tokens; ids, valid (B, N)."""
         ids, valid = check_ids(ids.to(self.device), valid.to(self.device), self.vocab_size)
-        keep = first_occurrence(ids, valid)  # (B, N) each distinct token once
-        n = keep.sum(1)  # (B,)
-        g = (self.green_mask[ids] & keep).sum(1)  # (B,)
+        g, n = distinct_token_sums(ids, valid, *self._tables())  # (B,) distinct green, distinct tokens
         gamma = self.n_green / self.vocab_size
         z = standardise(g, gamma * n, n * gamma * (1 - gamma))
         log_p = hypergeom_logsf(g, self.vocab_size, self.n_green, n)
         return scores_from_log_p(log_p, z, n, "exact hypergeometric (distinct tokens)")
+
+    def _tables(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(V + 1,) int8 green and all-ones tables with 0 on the padding id V (cached)."""
+        t = self.__dict__.get("_green_tables")
+        if t is None:
+            pad = torch.zeros(1, dtype=torch.int8, device=self.device)
+            t = self._green_tables = (torch.cat([self.green_mask.to(torch.int8), pad]),
+                                      torch.cat([torch.ones(self.vocab_size, dtype=torch.int8, device=self.device), pad]))
+        return t
 
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
         """−log10 α: ``score`` is −log10 of an exact p-value, so this holds at every length."""

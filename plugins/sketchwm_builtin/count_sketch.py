@@ -226,6 +226,22 @@ class CountSketch(Sketch):
         out = torch.zeros(B * D, dtype=torch.float32, device=self.device)
         return out.scatter_add_(0, idx, vals.reshape(-1)).view(B, D)
 
+    def project_sparse(self, tok: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """Φᵀx from (tok, x) of :meth:`sparse_weights`, both (B, N) → (B, D) float32, one scatter-add of
+        B·N·d entries (no (B, V) table): Σ_j x_j σ_r(tok_j) added at coordinate r·w + h_r(tok_j)."""
+        tables = self.__dict__.get("_sparse_tables")
+        if tables is None or tables[0].device != self.device:  # (V + 1, d), row V = padding (sign 0)
+            d = self.params.d
+            idx = torch.cat([self.flat_index.T, torch.zeros(1, d, dtype=torch.int64, device=self.device)])
+            sgn = torch.cat([self.signs.T, torch.zeros(1, d, dtype=torch.float32, device=self.device)])
+            tables = self.__dict__["_sparse_tables"] = (idx.contiguous(), sgn.contiguous())
+        idx_t, sgn_t = tables
+        B, D = tok.shape[0], self.dim
+        idx = idx_t[tok] + (torch.arange(B, device=tok.device) * D)[:, None, None]  # (B, N, d)
+        vals = sgn_t[tok] * x.to(torch.float32)[..., None]  # (B, N, d)
+        out = torch.zeros(B * D, dtype=torch.float32, device=tok.device)
+        return out.index_add_(0, idx.reshape(-1), vals.reshape(-1)).view(B, D)
+
     def token_scores(self, r: torch.Tensor) -> torch.Tensor:
         """Φ r: (B, D) → (B, V) float32, ⟨r, φ(v)⟩ = Σ_r σ_r(v) r[r, h_r(v)]."""
         r = r.to(self.device, torch.float32)

@@ -91,10 +91,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from pydantic import Field
 
-from sketchwm.components import DenoiseStep, SchemeScores, WatermarkScheme
+from sketchwm.components import DenoiseStep, SchemeScores, WatermarkScheme, distinct_token_sums
 from sketchwm.config import ComponentSpec, StrictModel
 from sketchwm.errors import ConfigError, InputError
 from sketchwm.hookspecs import hookimpl
@@ -529,46 +530,90 @@ class GlobalSketchScheme(WatermarkScheme):
             self._c_u = self.sketch.token_scores(self.u[None].float())[0].double()  # (V,)
         return self._c_u
 
+    def background_moments(self, n: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Background-null mean and variance of T for texts of n tokens: (B,) → (B,), (B,) float64.
+
+        μ(n) = Σ_v c_k(v) q_v(n), σ²(n) = Σ_v c_k(v)² q_v(n)(1 − q_v(n)), q_v(n) = 1 − (1 − π_v)^n.
+        They depend on the length only, so they are computed once per distinct length (chunks of
+        256 lengths, (256, V) float64 at a time) and cached on the scheme.
+        """
+        c = self.token_weights()  # (V,)
+        cache = self.__dict__.setdefault("_moments", {})
+        lengths, inverse = np.unique(n.to(torch.int64).cpu().numpy(), return_inverse=True)  # numpy: no thread spin
+        todo = [int(k) for k in lengths.tolist() if int(k) not in cache]
+        for i in range(0, len(todo), 256):  # chunks of lengths: (chunk, V) float64 at a time
+            ks = torch.tensor(todo[i:i + 256], dtype=torch.float64, device=self.device)
+            q = -torch.expm1(ks[:, None] * self._log1m_pi[None, :])  # (b, V)
+            mu, var = q @ c, (q * (1 - q)) @ (c * c)
+            cache.update({k: (float(m), float(s)) for k, m, s in zip(todo[i:i + 256], mu.tolist(), var.tolist())})
+        if len(cache) > 65536:  # bound the cache (lengths are at most a few thousand in practice)
+            cache.clear()
+        table = np.array([cache[int(k)] for k in lengths.tolist()], dtype=np.float64).reshape(-1, 2)
+        mv = torch.from_numpy(table[inverse.reshape(-1)]).to(self.device)  # (B, 2)
+        return mv[:, 0], mv[:, 1]
+
     def background_z(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """Fixed-key z of the presence statistic under the background null: (B, N) → (B,) float64.
 
         T = ⟨u_k, Φᵀx(y)⟩ = Σ_v c_k(v) x_v with x the kept-token presence; under the null each kept
         token is present independently with q_v(n) = 1 − (1 − π_v)^n for a text of n tokens, so
-        z = (T − Σ_v c_k(v) q_v) / (Σ_v c_k(v)² q_v (1 − q_v))^{1/2}.
+        z = (T − Σ_v c_k(v) q_v) / (Σ_v c_k(v)² q_v (1 − q_v))^{1/2} (:meth:`background_moments`).
+        T is a sum over the text's distinct tokens (:meth:`Sketch.sparse_weights`), O(B·N) work.
         """
-        c = self.token_weights()  # (V,)
-        x, _ = self.sketch.weights(self.sketch.counts(ids, valid))  # (B, V)
-        T = x.double() @ c  # (B,)
-        n = valid.sum(1).double()  # (B,) all tokens, the length the background model sees
-        mu = torch.empty_like(T)
-        var = torch.empty_like(T)
-        for i in range(0, ids.shape[0], 256):  # chunks of texts: (chunk, V) float64 at a time
-            q = -torch.expm1(n[i:i + 256, None] * self._log1m_pi[None, :])  # (b, V)
-            mu[i:i + 256] = q @ c
-            var[i:i + 256] = (q * (1 - q)) @ (c * c)
-        return (T - mu) / var.clamp_min(1e-12).sqrt()
+        return self._background(ids.to(self.device), valid.to(self.device))[0]
+
+    def _background(self, ids: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(z (B,) float64, n_d (B,) int64 distinct kept tokens) of the background null."""
+        ids, lengths = self.sketch.check_ids(ids, valid)
+        tables = self.__dict__.get("_presence_tables")
+        if tables is None:  # (V + 1,) c_k and keep with 0 on the padding id V; c_k as int8 when integral
+            c = self.token_weights()
+            small_int = bool((c == c.round()).all()) and float(c.abs().max()) <= 127
+            c_ext = torch.cat([c, torch.zeros(1, dtype=torch.float64, device=self.device)])
+            tables = self._presence_tables = (c_ext.to(torch.int8) if small_int else c_ext,
+                                              self.sketch.keep_table().to(torch.int8))
+        T, n_d = distinct_token_sums(ids, valid, *tables)  # (B,), (B,)
+        mu, var = self.background_moments(lengths)  # all tokens: the length the background model sees
+        if T.device.type == "cpu":  # (B,) arithmetic in numpy: a small torch op here waits ~10 ms on the thread pool
+            z = (T.numpy().astype(np.float64) - mu.numpy()) / np.sqrt(np.maximum(var.numpy(), 1e-12))
+            return torch.from_numpy(z), n_d
+        return (T.to(self.device, torch.float64) - mu) / var.clamp_min(1e-12).sqrt(), n_d.to(self.device)
 
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
         """Detection statistics for ids (B, N) with valid (B, N).
 
         ``null="background"``: score = z = the fixed-key background z (:meth:`background_z`),
         p-value 1 − Φ(z − β). ``null="key-randomised"``: score = S_k (eq. 2), z = ⟨u, h⟩/‖h‖ and the
-        key-randomised p-value of ``params.p_value``.
+        key-randomised p-value of ``params.p_value``. Vectorised over the batch: one row sort and
+        O(B·N) gathers (no (B, V) table, nothing per text in Python).
+
+        Raises:
+            InputError: ids outside [0, V).
         """
         ids, valid = ids.to(self.device), valid.to(self.device)
         if self.null == "background":
-            from scipy.stats import norm
+            z, n = self._background(ids, valid)
+            if z.device.type == "cpu":  # 1 − Φ(z − β) = Φ(β − z), accurate in the tail
+                from scipy.special import ndtr
 
-            z = self.background_z(ids, valid)
-            n = self.sketch.weights(self.sketch.counts(ids, valid))[1].long()
-            p = torch.from_numpy(norm.sf((z - self.params.null_margin).cpu().numpy())).to(z)
+                p = torch.from_numpy(ndtr(self.params.null_margin - z.numpy()))
+            else:
+                p = torch.special.ndtr(self.params.null_margin - z)
             return SchemeScores(z, z, p, n, f"fixed-key background null, 1-Phi(z - {self.params.null_margin:g}) "
                                            f"(token prior: {self.prior_desc.get('source')})")
-        h = self.sketch.sketch(ids, valid)  # (B, D)
-        n = self.sketch.weights(self.sketch.counts(ids, valid))[1]
+        h, n = self.sketch_ids(ids, valid)
         out = self.score_fn.p_values(self.u, h, method=self.params.p_value, n_tokens=n)
         return SchemeScores(out.score.double(), out.z.double(), out.p_value.double(), n.long(),
                             "key-randomised (valid on average over keys, not for one fixed key): " + out.p_value_method)
+
+    def sketch_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """h_k(y) and its normaliser n without a (B, V) table: (B, N) → (B, D) float32, (B,) float32.
+
+        Equal to ``sketch.sketch(ids, valid)`` and ``weights(counts(...))[1]``.
+        """
+        tok, x = self.sketch.sparse_weights(ids.to(self.device), valid.to(self.device))
+        n = x.sum(1)
+        return self.sketch.project_sparse(tok, x) / n.clamp_min(1.0).sqrt()[:, None], n
 
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
         """Background null: β + Φ⁻¹(1 − α) on z (⇔ p ≤ α); key-randomised: τ_α of the score (eq. 19)."""
@@ -578,51 +623,50 @@ class GlobalSketchScheme(WatermarkScheme):
             return self.params.null_margin + float(norm.isf(alpha))
         return self.score_fn.analytic_threshold(alpha, n_tokens)
 
-    def attribute(self, ids: torch.Tensor, valid: torch.Tensor, n_keys: int, top: int = 5, chunk: int = 8192) -> Attribution:
-        """Rank K key-family members for each text (beyond the paper).
+    def attribute(self, ids: torch.Tensor, valid: torch.Tensor, n_keys: int, top: int = 5, chunk: int = 8192,
+                  bank: Any = None) -> Attribution:
+        """Rank K key-family members for each text (beyond the paper; :mod:`sketchwm.attribution`).
 
-        One matrix product per chunk of keys: scores (B, K) = score(U, h) with U (K, D) the members'
-        directions. p-values are exact key-randomised per member (they share the pmf of ⟨u, H⟩
-        given h); ``p_value_fwer`` is Bonferroni-corrected over the K members.
+        The members share k_sk, hence the integer sketch H = Φᵀx of a text, and differ in their
+        direction u^{(i)}; they are ranked by the exact ⟨u^{(i)}, H⟩ (the order of S_k and of z),
+        computed for all K at once as AND/popcount passes over a bit-packed bank. p-values are
+        exact key-randomised per member (they share the pmf of ⟨u, H⟩ given h); ``p_value_fwer``
+        is Bonferroni-corrected over the K members.
 
         Args:
             ids, valid: (B, N) as in :meth:`score_ids`.
-            n_keys: K (up to 100,000 and more; memory is O(chunk·D)).
+            n_keys: K (up to 100,000 and more; the bank is K·D/8 bytes).
             top: how many best members to return.
+            chunk: members per block when the bank is built here.
+            bank: a prebuilt :class:`sketchwm.attribution.DirectionBank` of this key's family with
+                at least ``n_keys`` members (built here when None).
 
         Raises:
-            InputError: n_keys < 1.
+            InputError: n_keys < 1, or a bank with fewer than ``n_keys`` members.
         """
-        from .scores import _int_sketch, rademacher_sum_pvalue
+        from sketchwm.attribution import DirectionBank, integer_sketch
+
+        from .scores import rademacher_sum_pvalue
 
         if n_keys < 1:
             raise InputError("n_keys must be >= 1")
+        bank = bank if bank is not None else DirectionBank.build(self, n_keys, chunk)
+        if len(bank) < n_keys:
+            raise InputError(f"the direction bank holds {len(bank)} members, fewer than n_keys = {n_keys}")
         ids, valid = ids.to(self.device), valid.to(self.device)
-        h = self.sketch.sketch(ids, valid).double()  # (B, D)
-        n = self.sketch.weights(self.sketch.counts(ids, valid))[1]  # (B,) the sketch's normaliser
-        B = h.shape[0]
+        H = integer_sketch(self, ids, valid)  # (B, D) int64
+        n = self.sketch.sparse_weights(ids, valid)[1].sum(1).round().long()  # (B,) the normaliser
         top = min(top, n_keys)
-        best_s = torch.full((B, 0), float("-inf"), dtype=torch.float64, device=self.device)
-        best_i = torch.zeros((B, 0), dtype=torch.long, device=self.device)
-        for start in range(0, n_keys, chunk):  # chunks of keys, each one matrix product
-            idx = torch.arange(start, min(n_keys, start + chunk), device=self.device)
-            U = self.directions(idx).double()  # (k, D)
-            s = self.score_fn.score(U, h)  # (B, k)
-            cat_s = torch.cat([best_s, s], 1)
-            cat_i = torch.cat([best_i, idx[None, :].expand(B, -1)], 1)
-            best_s, pos = cat_s.topk(min(top, cat_s.shape[1]), dim=1)
-            best_i = torch.gather(cat_i, 1, pos)
-        U_top = self.directions(best_i.flatten()).double().view(B, top, -1)  # (B, top, D)
-        ip = torch.einsum("bkd,bd->bk", U_top, h)
-        z = ip / h.norm(dim=1, keepdim=True).clamp_min(1e-300)
-        H = _int_sketch(h, n)
-        if H is not None:
-            x = torch.einsum("bkd,bd->bk", U_top, H.double()).round().long()
-            p = rademacher_sum_pvalue(H, x)
-        else:
-            from scipy.stats import norm
-
-            p = torch.from_numpy(norm.sf(z.cpu().numpy())).to(self.device)
+        if len(bank) > n_keys:
+            bank = DirectionBank(bank.bits[:, :n_keys], bank.plus[:n_keys], bank.dim)
+        best = [bank.top(H[b], top) for b in range(H.shape[0])]  # per text: one pass over the bank
+        best_i = torch.from_numpy(np.stack([i for i, _ in best])).to(self.device)  # (B, top)
+        ip_int = torch.from_numpy(np.stack([v for _, v in best])).to(self.device)  # (B, top) ⟨u, H⟩
+        h = H.double() / n.double().clamp_min(1).sqrt()[:, None]  # (B, D)
+        U_top = self.directions(best_i.flatten()).double().view(H.shape[0], top, -1)  # (B, top, D)
+        best_s = torch.stack([self.score_fn.score(U_top[b], h[b:b + 1])[0] for b in range(H.shape[0])])  # (B, top)
+        z = ip_int.double() / n.double().clamp_min(1).sqrt()[:, None] / h.norm(dim=1, keepdim=True).clamp_min(1e-300)
+        p = rademacher_sum_pvalue(H, ip_int)
         return Attribution(best_i, best_s, z, p, (p * n_keys).clamp(max=1.0), n_keys)
 
     def describe(self) -> dict[str, Any]:

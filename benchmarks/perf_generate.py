@@ -1,0 +1,133 @@
+"""Watermarked vs unwatermarked generation time on the default model, side by side, for every scheme.
+
+Workload (issue 15): ``--prompts`` 16 prompts × ``--gen-length`` 128 tokens on the shipped default
+DLM with its sampler defaults, one batch. Per repeat, the unwatermarked sampler and each scheme are
+run in turn with the same prompts and seed (interleaved, so the drifts of a shared machine hit all
+alike); each scheme's ratio is the median over repeats of (its time / the unwatermarked time of the
+same repeat). ``ratio`` is the default scheme's (``global-sketch``). The engine applies no
+approximation: the texts are those of the exact embedding, and ``z_median`` is the default
+scheme's detection z on them.
+
+``--profile`` also profiles one watermarked generation of the default scheme (cProfile, top
+functions by cumulative time, and the torch operator table) and prints both before the JSON.
+
+Usage: python benchmarks/perf_generate.py [--device cpu|cuda] [--threads 2] [--repeats 3] [--schemes a,b] [--profile]
+Last line: {"ratio": ..., "schemes": {name: ratio}, ...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import hashlib
+import io
+import json
+import pstats
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _perf import add_common_args, setup  # noqa: E402
+
+from sketchwm.data import load  # noqa: E402
+from sketchwm.detection import Detector  # noqa: E402
+from sketchwm.engine import MaskedDiffusionSampler  # noqa: E402
+from sketchwm.keys import WatermarkKey  # noqa: E402
+from sketchwm.registry import get_registry  # noqa: E402
+
+DEFAULT = "global-sketch"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_args(ap, repeats=3)
+    ap.add_argument("--prompts", type=int, default=16)
+    ap.add_argument("--gen-length", type=int, default=128)
+    ap.add_argument("--schemes", default="", help="comma-separated (default: every registered scheme)")
+    ap.add_argument("--backend", default="default")
+    ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                    help="cpu: process CPU time (all threads), steadier than wall time on a shared machine")
+    ap.add_argument("--refresh", type=int, default=0,
+                    help="also run the default scheme with sampler marginal_refresh=R (approximate, see engine)")
+    args = ap.parse_args(argv)
+    dev = setup(args)
+    reg = get_registry()
+    backend = reg.create("backend", args.backend, {"device": str(dev)} if args.backend == "default" else {})
+    key = WatermarkKey(hashlib.sha256(b"sketchwm/benchmarks/perf_generate").digest())
+    cfg = {**(backend.sampler_defaults or {}), "gen_length": args.gen_length}
+    prompts = list(load("prompts"))[: args.prompts]
+    names = [s for s in args.schemes.split(",") if s] or reg.names("scheme")
+    if DEFAULT not in names:
+        names.insert(0, DEFAULT)
+    schemes = {n: reg.create("scheme", n, {}, key, backend.vocab_size, device=backend.device) for n in names}
+
+    variants = {n: (schemes[n], cfg) for n in names}
+    if args.refresh > 1:
+        variants[f"{DEFAULT} (refresh {args.refresh})"] = (schemes[DEFAULT], {**cfg, "marginal_refresh": args.refresh})
+    names = list(variants)
+
+    def run(scheme, seed: int, config: dict = cfg):
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        clock = time.process_time if args.clock == "cpu" else time.perf_counter
+        t0 = clock()
+        out = MaskedDiffusionSampler(backend, config, scheme).generate(prompts, torch.Generator(device=backend.device).manual_seed(seed))
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        return clock() - t0, out
+
+    with torch.no_grad():
+        run(None, 0)  # warm-up
+        ratios: dict[str, list[float]] = {n: [] for n in names}
+        base_s: list[float] = []
+        last = {}
+        for rep in range(args.repeats):
+            base, _ = run(None, rep)
+            base_s.append(base)
+            for n in names:
+                t, last[n] = run(*variants[n][:1], rep, variants[n][1])
+                ratios[n].append(t / base)
+            print(f"repeat {rep}: unwatermarked {base:.2f} s; " + ", ".join(f"{n} {ratios[n][-1]:.2f}x" for n in names),
+                  flush=True)
+        if args.profile:
+            prof = cProfile.Profile()
+            prof.enable()
+            run(schemes[DEFAULT], 0)
+            prof.disable()
+            s = io.StringIO()
+            pstats.Stats(prof, stream=s).sort_stats("cumulative").print_stats(25)
+            print("cProfile, one watermarked generation (default scheme), top 25 by cumulative time:")
+            print("\n".join(line for line in s.getvalue().splitlines() if line.strip())[:6000])
+            from torch.profiler import ProfilerActivity, profile
+
+            acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+            with profile(activities=acts) as tp:
+                run(schemes[DEFAULT], 0)
+            print(tp.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
+    det = Detector(schemes[DEFAULT], backend.tokenizer, "benchmark")
+    z = det.detect_ids(last[DEFAULT].token_lists()).z
+    extra = {}
+    if args.refresh > 1:  # detection z of the approximate embedding vs the exact one (same prompts and seed)
+        z_r = det.detect_ids(last[f"{DEFAULT} (refresh {args.refresh})"].token_lists()).z
+        extra = {"refresh": args.refresh, "ratio_refresh": round(statistics.median(ratios[names[-1]]), 3),
+                 "z_mean": round(float(z.mean()), 3), "z_mean_refresh": round(float(z_r.mean()), 3),
+                 "z_rel_diff_refresh": round(float((z_r.mean() - z.mean()) / z.mean()), 4)}
+    table = {n: round(statistics.median(r), 3) for n, r in ratios.items()}
+    print(f"unwatermarked: median {statistics.median(base_s):.2f} s for {len(prompts)} prompts x {args.gen_length} tokens")
+    print(f"{'scheme':24s}{'time / unwatermarked':>22s}")
+    for n, r in table.items():
+        print(f"{n:24s}{r:>22.2f}")
+    print(json.dumps({"ratio": table[DEFAULT], "schemes": table, "z_median": round(float(z.median()), 2),
+                      "unwatermarked_s": round(statistics.median(base_s), 2), "prompts": len(prompts),
+                      "gen_length": args.gen_length, "device": str(dev), "threads": torch.get_num_threads(),
+                      "repeats": args.repeats, "clock": args.clock, **extra}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,29 @@
+"""Smoke runs of the perf_* benchmarks at toy sizes: they run end to end and print their JSON line."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _run(name: str, argv: list[str], capsys) -> dict:
+    spec = importlib.util.spec_from_file_location(f"perf_{name}", ROOT / "benchmarks" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.main(argv) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_perf_detect_attribution_embedding_smoke(capsys):
+    d = _run("perf_detect", ["--tokens", "8192", "--length", "64", "--vocab", "2000", "--repeats", "1", "--device", "cpu"], capsys)
+    assert d["tokens"] == 8192 and d["tokens_per_s"] > 0 and d["score_tokens_per_s"] > 0 and d["unigram_tokens_per_s"] > 0
+    a = _run("perf_attribution", ["--keys", "300", "--vocab", "2000", "--repeats", "1", "--device", "cpu"], capsys)
+    assert a["keys"] == 300 and a["bank_mb"] == round(300 * 1024 / 8 / 1e6, 2) and a["ms"] > 0
+    e = _run("perf_embedding", ["--positions", "8", "--vocab", "2000", "--repeats", "1", "--device", "cpu"], capsys)
+    assert {"ratio", "ratio_inplace", "ratio_count", "ratio_count_inplace"} <= set(e)
