@@ -342,6 +342,8 @@ class Detector:
         for i, t in enumerate(texts):
             if not isinstance(t, str) or not t.strip():
                 raise InputError(f"text {i} is empty")
+        if not texts:
+            return []
         if getattr(self.tokenizer, "is_fast", False) and callable(self.tokenizer):  # one batched (Rust) call
             return [list(x) for x in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
         return [list(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
