@@ -118,6 +118,37 @@ def test_sigkill_and_restart_equals_uninterrupted_run(local_run, tmp_path):
     pd.testing.assert_frame_equal(comparable(read_results(out)), comparable(read_results(ref_out)))
 
 
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["SIGINT", "SIGKILL"])
+def test_interrupted_bench_keeps_every_existing_file(local_run, tmp_path, sig):
+    """Interrupting ``bench run`` mid-grid leaves every file that was there before byte for byte
+    (finished parts of an earlier run, the recorded configuration, a user's file), and every part it
+    wrote is a whole Parquet file."""
+    cfg, ref_out = local_run
+    cfg_path = tmp_path / "grid.json"
+    cfg_path.write_text(json.dumps(tiny_config()))
+    out = tmp_path / "resumed"
+    (out / "parts").mkdir(parents=True)
+    for part in sorted((ref_out / "parts").glob("*.parquet"))[:2]:  # two cells finished earlier
+        shutil.copy2(part, out / "parts" / part.name)
+    shutil.copy2(ref_out / "config.json", out / "config.json")
+    (out / "notes.txt").write_text("my notes on this run")
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "plugins"), str(ROOT / "attacks")])}
+    cmd = [sys.executable, "-m", "sketchwm.cli", "bench", "run", str(cfg_path), "--out", str(out), "--quiet"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None and len(done_cells(out)) < 4:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the grid finished before it could be interrupted: " + proc.stderr.read().decode()[-500:]
+    proc.send_signal(sig)
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    for p, content in before.items():
+        assert p.read_bytes() == content, f"{p} changed"
+    assert 4 <= len(done_cells(out)) < 12
+    read_results(out)  # every part is a whole Parquet file
+
+
 def _third_party_registry():
     from sketchwm_baselines.unigram import UnigramScheme
 

@@ -548,6 +548,27 @@ def _require_ray() -> Any:
     return ray
 
 
+def _record_config(out: Path, text: str) -> Path:
+    """Write the grid's configuration into the results folder without touching an existing file.
+
+    ``config.json`` holds the first grid run into ``out``; a different grid run into the same folder
+    (cells are keyed by their own hash, so grids can share a folder) is kept as
+    ``config-<sha256[:16]>.json``. Written atomically; an identical file is left as it is.
+    """
+    import hashlib
+
+    from ..io import atomic_write
+
+    first = out / "config.json"
+    path = first
+    if first.exists() and first.read_text() != text:
+        path = out / f"config-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    if not path.exists() or path.read_text() != text:
+        with atomic_write(path) as fh:
+            fh.write(text)
+    return path
+
+
 def run_bench(cfg: BenchConfig, out: str | Path, *, registry: Any = None, executor: str = "local",
               progress: bool | None = None) -> dict[str, int]:
     """Run the grid into ``out`` (parts under ``out/parts``); finished cells of an earlier run are skipped.
@@ -568,9 +589,7 @@ def run_bench(cfg: BenchConfig, out: str | Path, *, registry: Any = None, execut
     registry = bench_registry(registry)
     units = plan(cfg, registry)  # bad names and params fail here, before anything is written
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / ".config.json.tmp"
-    tmp.write_text(cfg.model_dump_json(indent=2))
-    tmp.replace(out / "config.json")
+    _record_config(out, cfg.model_dump_json(indent=2))
     done = done_cells(out)
     todo = [(u, [c for c in cells if c.hash not in done]) for u, cells in units]
     todo = [(u, cs) for u, cs in todo if cs]
