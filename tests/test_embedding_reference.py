@@ -145,10 +145,14 @@ def test_embedding_step_equals_plain_reference(tmp_path, eos, seed):
     mlogits = torch.gather(logits, 1, mpos[..., None].expand(-1, -1, V)).clone()
     mlogits[~mvalid] = 1e3  # padding rows: unspecified
     pos = mpos[:, 1:3]
-    rows = torch.gather(logits, 1, pos[..., None].expand(-1, -1, V)).clone()
-    packed = sch.process_logits(DenoiseStep(logits=rows, positions=pos, masked_logits=mlogits, masked_positions=mpos,
+    rows = torch.gather(logits, 1, pos[..., None].expand(-1, -1, V))  # (B, 2, V), a copy
+    packed = sch.process_logits(DenoiseStep(logits=rows.clone(), positions=pos, masked_logits=mlogits, masked_positions=mpos,
                                             masked_valid=mvalid, **common))  # (B, 2, V)
     ref_rows = torch.gather(tilted_ref, 1, pos[..., None].expand(-1, -1, V))
     assert torch.allclose(torch.softmax(packed.double(), -1), ref_rows, atol=ptol, rtol=1e-4)
+    if eos is None:  # rows given without their packed index: their complements are recomputed from their logits
+        a_rows = sch.packed_token_gradient(mlogits, mvalid, tokens, masked, rows_logits=rows)
+        a_ref_rows = torch.gather(a_ref, 1, pos[..., None].expand(-1, -1, V))
+        assert torch.allclose(a_rows.double(), a_ref_rows, atol=tol * scale, rtol=1e-4)
     # the near-one rows are tilted as the formula says (no 0/0 from the division by 1 − p_i)
     assert bool(torch.isfinite(full[m]).all()) and bool(torch.isfinite(packed).all())
