@@ -394,10 +394,12 @@ class Sketch(Component):
         """
         keep = None if self.keep is None else self.keep_table()[None, : self.vocab_size].to(probs.device)  # (1, V)
         if self.counting == "count":
-            w = frozen_counts + torch.bmm(valid.to(probs.dtype)[:, None, :], probs)[:, 0]  # (B, V)
-            if keep is not None:
-                w = w * keep
-            return w, torch.full((w.shape[0],), float(n_tokens), device=w.device), None
+            mass = torch.bmm(valid.to(probs.dtype)[:, None, :], probs)[:, 0]  # (B, V) Σ_{i∈M} p_i
+            with serial_on_cpu(probs.device):  # (B, V) ops only
+                w = mass.add_(frozen_counts)
+                if keep is not None:
+                    w.mul_(keep)
+                return w, torch.full((w.shape[0],), float(n_tokens), device=w.device), None
         log1m = probs.clamp_(max=1 - 1e-6).neg_().log1p_()  # (B, M, V) log(1 − p_i(v)), in place
         log_absent = torch.bmm(valid.to(probs.dtype)[:, None, :], log1m)[:, 0]  # (B, V)
         with serial_on_cpu(probs.device):  # (B, V) ops only
