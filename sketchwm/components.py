@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Sequence
 
@@ -38,7 +40,29 @@ __all__ = [
     "Attack",
     "AttackOutput",
     "tokenizer_fingerprint",
+    "serial_on_cpu",
 ]
+
+
+@contextmanager
+def serial_on_cpu(device: torch.device | str) -> Iterator[None]:
+    """Run the torch ops inside on one intra-op thread when ``device`` is the CPU (else do nothing).
+
+    For the small (B, V) bookkeeping of a denoising step (B·V ≈ 10⁵ entries, ~0.1 ms of work per
+    op): torch splits any op over 32,768 entries across its thread pool, and on a busy CPU each
+    such split waits for a sleeping pool thread to be scheduled (~8 ms measured on the 2-core
+    machine, ``benchmarks/perf_embedding.py``), 50× the op itself. The setting is process-wide and
+    restored on exit, so torch ops of other Python threads during the block run on one thread too.
+    """
+    n = torch.get_num_threads()
+    if torch.device(device).type != "cpu" or n == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
 
 
 class Component(ABC):
@@ -368,18 +392,21 @@ class Sketch(Component):
             w_hat (B, V) float32, n_hat (B,) float32, and for ``presence`` log_absent (B, V) float32 =
             Σ_{i∈M} log(1 − p_i(v)) (None for ``count``).
         """
-        keep = None if self.keep is None else self.keep.to(probs.device, torch.float32)[None, :]
+        keep = None if self.keep is None else self.keep_table()[None, : self.vocab_size].to(probs.device)  # (1, V)
         if self.counting == "count":
-            w = frozen_counts + torch.bmm(valid.to(probs.dtype)[:, None, :], probs)[:, 0]  # (B, V)
-            if keep is not None:
-                w = w * keep
-            return w, torch.full((w.shape[0],), float(n_tokens), device=w.device), None
+            mass = torch.bmm(valid.to(probs.dtype)[:, None, :], probs)[:, 0]  # (B, V) Σ_{i∈M} p_i
+            with serial_on_cpu(probs.device):  # (B, V) ops only
+                w = mass.add_(frozen_counts)
+                if keep is not None:
+                    w.mul_(keep)
+                return w, torch.full((w.shape[0],), float(n_tokens), device=w.device), None
         log1m = probs.clamp_(max=1 - 1e-6).neg_().log1p_()  # (B, M, V) log(1 − p_i(v)), in place
         log_absent = torch.bmm(valid.to(probs.dtype)[:, None, :], log1m)[:, 0]  # (B, V)
-        w = torch.where(frozen_counts > 0, torch.ones_like(log_absent), -torch.expm1(log_absent))  # (B, V)
-        if keep is not None:
-            w = w * keep
-        return w, w.sum(1).clamp_min(1.0), log_absent
+        with serial_on_cpu(probs.device):  # (B, V) ops only
+            w = torch.expm1(log_absent).neg_().masked_fill_(frozen_counts > 0, 1.0)  # (B, V)
+            if keep is not None:
+                w.mul_(keep)
+            return w, w.sum(1).clamp_min(1.0), log_absent
 
     def expected_weights_stopping(
         self, tokens: torch.Tensor, masked: torch.Tensor, probs: torch.Tensor, positions: torch.Tensor,

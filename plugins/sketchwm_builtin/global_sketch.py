@@ -95,7 +95,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from sketchwm.components import DenoiseStep, SchemeScores, WatermarkScheme, distinct_token_sums
+from sketchwm.components import DenoiseStep, SchemeScores, WatermarkScheme, distinct_token_sums, serial_on_cpu
 from sketchwm.config import ComponentSpec, StrictModel
 from sketchwm.errors import ConfigError, InputError
 from sketchwm.hookspecs import hookimpl
@@ -432,39 +432,82 @@ class GlobalSketchScheme(WatermarkScheme):
             present for ``presence``); and n̂ (B,) float32, the normaliser (N, E[L], or the expected
             number of distinct kept tokens).
         """
+        factor, rows, op, n_hat = self._tilt_parts(rows_logits, marg_logits, marg_valid, tokens, masked,
+                                                   marg_positions, row_index)
+        if rows is None:  # count without a stop token: the same ⟨r, φ(v)⟩/√N at every row
+            return factor[:, None, :], n_hat
+        if op == "div":  # presence: a_i(v) = E(v) / q_i(v), a fresh tensor (rows is the step buffer)
+            return torch.div(factor[:, None, :], rows), n_hat
+        return rows.mul_(factor[:, None, :]) if rows.shape[-1] > 1 else rows * factor[:, None, :], n_hat
+
+    def _tilt_parts(
+        self, rows_logits: torch.Tensor, marg_logits: torch.Tensor, marg_valid: torch.Tensor,
+        tokens: torch.Tensor, masked: torch.Tensor, marg_positions: torch.Tensor | None = None,
+        row_index: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, str, torch.Tensor]:
+        """a_{k,t} of :meth:`marginal_gradient` as a per-token factor and a per-row tensor, unmultiplied.
+
+        Returns (factor (B, V) float32, rows, op, n̂ (B,)) with a_i(v) = factor(v) for ``rows`` None
+        (``count`` without a stop token), factor(v)·rows_i(v) for ``op == "mul"`` (stop token: rows
+        = ∂ŵ_v/∂p_i(v), (B, K, V) or (B, K, 1), factor = ∂(½S)/∂ŵ with 0 at EOS), and
+        factor(v)/rows_i(v) for ``op == "div"`` (``presence``). In the last case
+
+            factor(v) = 1[v ∉ F_t] · Π_{j∈M_t}(1 − p_j(v)) · ∂(½S)/∂ŵ_v,   rows_i(v) = q_i(v) = 1 − p_i(v),
+
+        so factor/q_i = 1[v ∉ F_t] Π_{j≠i}(1 − p_j(v)) ∂(½S)/∂ŵ_v, the module docstring's a_i(v),
+        with p capped at 1 − 10⁻⁶ exactly as in the expected sketch (so q_i ≥ 10⁻⁶: no division by
+        zero, and the quotient equals the former exp(Σ_j log(1 − p_j) − log(1 − p_i)) to float32
+        rounding; where Π_j(1 − p_j(v)) underflows float32 (< 10⁻³⁸) the quotient is < 10⁻³² |∂S/∂ŵ_v|
+        and comes out 0 instead). q is exp of the log(1 − p) that :meth:`Sketch.expected_weights`
+        leaves in the softmax buffer, computed in place: no second softmax or log for the tilted rows
+        (gathered by ``row_index`` on the packed path; recomputed only when neither identifies them).
+        ``rows`` is then that buffer, overwritten at the next step.
+        """
         N = tokens.shape[1]
         eos = self.stop_token_id
         probs = self._softmax_into_buffer(marg_logits)  # (B, M, V), buffer
+        dev = probs.device  # the (B, V) ops below run serially on CPU: a thread-pool wake costs more than they do
         if eos is not None:
             pos = marg_positions if marg_positions is not None else torch.arange(
                 probs.shape[1], device=probs.device).expand(probs.shape[0], -1)
             w_hat, n_hat, dw = self.sketch.expected_weights_stopping(tokens, masked, probs, pos, marg_valid, eos)
             frozen = None
         else:
-            frozen = self.sketch.counts(tokens.clamp(0, self.vocab_size - 1), ~masked)  # (B, V)
+            with serial_on_cpu(dev):
+                frozen = self.sketch.counts(tokens.clamp(0, self.vocab_size - 1), ~masked)  # (B, V)
             w_hat, n_hat, log_absent = self.sketch.expected_weights(frozen, probs, marg_valid, N)  # (B, V), (B,)
-        root = n_hat.sqrt()[:, None]  # (B, 1)
-        h_hat = self.sketch.project(w_hat) / root  # (B, D), eq. 5
-        r = self.score_fn.residual(self.u, h_hat)  # (B, D), ½∇_h S at ĥ
-        t = self.sketch.token_scores(r)  # (B, V) ⟨r, φ(v)⟩
-        if self.sketch.counting == "count":  # n̂ (N or E[L]) does not depend on the content marginals
-            dS_dw = t / root
-        else:  # ĥ = Φᵀŵ/√n̂, n̂ = Σ_v keep_v ŵ_v: ∂ĥ/∂ŵ_v = (φ(v) − ½ keep_v ĥ/√n̂)/√n̂
-            keep = self.sketch.keep.to(t) if self.sketch.keep is not None else torch.ones_like(t[0])
-            dS_dw = (t - 0.5 * (r * h_hat).sum(1, keepdim=True) / root * keep[None, :]) / root  # (B, V)
-        if eos is not None:  # a_i(v) = ∂ŵ_v/∂p_i(v) · ∂(½S)/∂ŵ_v, EOS untilted
+        with serial_on_cpu(dev):
+            root = n_hat.sqrt()[:, None]  # (B, 1)
+            h_hat = self.sketch.project(w_hat) / root  # (B, D), eq. 5
+            r = self.score_fn.residual(self.u, h_hat)  # (B, D), ½∇_h S at ĥ
+            t = self.sketch.token_scores(r)  # (B, V) ⟨r, φ(v)⟩
+            if self.sketch.counting == "count":  # n̂ (N or E[L]) does not depend on the content marginals
+                dS_dw = t / root
+            else:  # ĥ = Φᵀŵ/√n̂, n̂ = Σ_v keep_v ŵ_v: ∂ĥ/∂ŵ_v = (φ(v) − ½ keep_v ĥ/√n̂)/√n̂
+                half_rh = 0.5 * (r * h_hat).sum(1, keepdim=True) / root  # (B, 1)
+                if self.sketch.keep is not None:
+                    keep = self.sketch.keep_table()[None, : self.vocab_size].to(t.device)  # (1, V)
+                    dS_dw = (t - half_rh * keep) / root  # (B, V)
+                else:
+                    dS_dw = (t - half_rh) / root
+            if eos is not None:
+                dS_dw[:, eos] = 0.0  # EOS untilted
+            elif log_absent is not None:  # presence: Π_j(1 − p_j(v)) ∂(½S)/∂ŵ_v, 0 on frozen tokens
+                factor = torch.exp(log_absent).mul_(dS_dw).masked_fill_(frozen > 0, 0.0)  # (B, V)
+        if eos is not None:  # a_i(v) = ∂ŵ_v/∂p_i(v) · ∂(½S)/∂ŵ_v
             if row_index is not None:
                 dw = torch.gather(dw, 1, row_index[..., None].expand(-1, -1, dw.shape[-1]))  # (B, K, ·)
-            a = dw.mul_(dS_dw[:, None, :]) if dw.shape[-1] > 1 else dw * dS_dw[:, None, :]  # dw is ours
-            a[..., eos] = 0.0
-            return a, n_hat
+            return dS_dw, dw, "mul", n_hat
         if log_absent is None:  # count: ∂ĥ/∂p_i(v) = φ(v)/√N at every masked row
-            return dS_dw[:, None, :], n_hat
-        # presence: ∂ŵ_v/∂p_i(v) = Π_{j≠i}(1 − p_j(v)) (0 if v is frozen)
-        row_log1m = torch.log1p(-torch.softmax(rows_logits, dim=-1).clamp_(max=1 - 1e-6))  # (B, K, V)
-        others = torch.exp(log_absent[:, None, :] - row_log1m)  # (B, K, V) Π_{j≠i}(1 − p_j(v))
-        others = others.masked_fill_((frozen > 0)[:, None, :], 0.0)
-        return others.mul_(dS_dw[:, None, :]), n_hat
+            return dS_dw, None, "mul", n_hat
+        # presence: ∂ŵ_v/∂p_i(v) = Π_{j≠i}(1 − p_j(v)) = Π_j(1 − p_j(v)) / q_i(v) (0 if v is frozen)
+        if rows_logits is marg_logits:  # probs holds log(1 − p) of the very rows: q = exp of it, in place
+            q = probs.exp_()
+        elif row_index is not None:  # the tilted rows are packed rows: gather their log(1 − p)
+            q = torch.gather(probs, 1, row_index[..., None].expand(-1, -1, probs.shape[-1])).exp_()  # (B, K, V)
+        else:
+            q = torch.softmax(rows_logits, dim=-1).clamp_(max=1 - 1e-6).neg_().add_(1.0)  # (B, K, V)
+        return factor, q, "div", n_hat
 
     def token_gradient(self, logits: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
         """a_{k,t}(v) of eq. (6) at every row of the full state: logits (B, G, V) → (B, 1, V)
@@ -502,23 +545,36 @@ class GlobalSketchScheme(WatermarkScheme):
             return step.logits
         if step.masked_logits is not None:  # packed masked rows; step.logits holds the sampled rows
             row_index = None
-            if self.stop_token_id is not None and step.positions is not None:
+            if step.positions is not None:  # the packed row of each sampled row
                 M = step.masked_positions.shape[1]
                 row_of = torch.zeros_like(step.tokens).scatter_(
                     1, step.masked_positions, torch.arange(M, device=step.tokens.device).expand(step.tokens.shape[0], -1))
                 row_index = torch.gather(row_of, 1, step.positions)  # (B, K)
-            a, n_hat = self.marginal_gradient(step.logits, step.masked_logits, step.masked_valid, step.tokens, step.masked,
-                                              step.masked_positions, row_index)
+            parts = self._tilt_parts(step.logits, step.masked_logits, step.masked_valid, step.tokens, step.masked,
+                                     step.masked_positions, row_index)
         else:
-            a, n_hat = self.marginal_gradient(step.logits, step.logits, step.masked, step.tokens, step.masked)
+            parts = self._tilt_parts(step.logits, step.logits, step.masked, step.tokens, step.masked)
+        factor, rows, op, n_hat = parts
+        with serial_on_cpu(factor.device):
+            factor = (factor * (s * n_hat.sqrt())[:, None])[:, None, :]  # (B, 1, V) η_t·factor
         eos = self.stop_token_id
-        if eos is None:
-            return step.logits.add_(a.mul_((s * n_hat.sqrt())[:, None, None]))  # (B, G|K, V)
         logits = step.logits
+
+        def tilt() -> None:  # logits += η_t a, fused: one pass over (B, G|K, V)
+            if rows is None:
+                logits.add_(factor)
+            elif op == "div":
+                logits.addcdiv_(factor, rows)
+            else:
+                logits.addcmul_(rows, factor)
+
+        if eos is None:
+            tilt()
+            return logits  # (B, G|K, V)
         eos_logit = logits[..., eos].clone()  # (B, K)
         logits[..., eos] = float("-inf")
         lse_before = torch.logsumexp(logits, -1)  # (B, K) log Σ_{z≠e} exp(logit z)
-        logits.add_(a.mul_((s * n_hat.sqrt())[:, None, None]))
+        tilt()
         shift = torch.logsumexp(logits, -1) - lse_before  # log of the content tilt's normaliser
         logits[..., eos] = eos_logit + torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
         return logits
