@@ -277,3 +277,20 @@ def test_kl_recorder_leaves_texts_unchanged():
         kl_all = torch.cat(kl)
         assert kl_all.numel() >= len(prompts) * 16 and (kl_all >= -1e-9).all()
         assert (float(kl_all.mean()) > 1e-4) == tilts  # AAR samples with keyed uniforms, it does not tilt
+
+
+def test_stale_temporary_parts_are_removed(tmp_path):
+    """A part left half-written by a killed writer (``.<hash>.parquet.<pid>.tmp``, pid gone) is
+    deleted at the next run's start; one of a live process is kept."""
+    from sketchwm.bench.results import remove_stale_parts
+
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its pid no longer names a process
+    stale = parts / f".abc.parquet.{dead.pid}.tmp"
+    live = parts / f".def.parquet.{os.getppid()}.tmp"
+    stale.write_bytes(b"half")
+    live.write_bytes(b"busy")
+    assert remove_stale_parts(tmp_path) == [stale]
+    assert not stale.exists() and live.exists()

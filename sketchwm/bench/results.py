@@ -46,6 +46,33 @@ def write_part(out: Path, cell_hash: str, rows: list[dict[str, Any]]) -> Path:
     return final
 
 
+def remove_stale_parts(out: Path) -> list[Path]:
+    """Delete the temporary part files left by a writer that was killed mid-write.
+
+    A part is written to ``.<hash>.parquet.<pid>.tmp`` and renamed into place; a SIGKILL between the
+    two leaves the temporary file. Those whose writer process no longer exists are removed (a file
+    of a live process, e.g. a concurrent run into the same folder, is left alone).
+
+    Returns:
+        the paths removed.
+    """
+    d = Path(out) / "parts"
+    removed = []
+    for tmp in d.glob(".*.parquet.*.tmp") if d.is_dir() else []:
+        try:
+            pid = int(tmp.name.rsplit(".", 2)[-2])
+            os.kill(pid, 0)  # raises if no such process
+            alive = pid != os.getpid()
+        except (ValueError, ProcessLookupError):
+            alive = False
+        except PermissionError:  # a live process of another user
+            alive = True
+        if not alive:
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
+
+
 def done_cells(out: Path) -> set[str]:
     """Hashes of the cells whose part file exists."""
     d = Path(out) / "parts"

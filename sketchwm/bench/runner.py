@@ -33,7 +33,7 @@ from ..errors import ConfigError, InputError
 from ..keys import WatermarkKey
 from .config import BenchConfig
 from .metric import CellData, Metric
-from .results import done_cells, git_commit, write_part
+from .results import done_cells, git_commit, remove_stale_parts, write_part
 
 __all__ = ["Unit", "Cell", "plan", "RunContext", "run_unit", "run_bench", "bench_registry", "attack_family", "ALPHAS"]
 
@@ -590,6 +590,7 @@ def run_bench(cfg: BenchConfig, out: str | Path, *, registry: Any = None, execut
     units = plan(cfg, registry)  # bad names and params fail here, before anything is written
     out.mkdir(parents=True, exist_ok=True)
     _record_config(out, cfg.model_dump_json(indent=2))
+    remove_stale_parts(out)  # temporary parts of a run killed mid-write
     done = done_cells(out)
     todo = [(u, [c for c in cells if c.hash not in done]) for u, cells in units]
     todo = [(u, cs) for u, cs in todo if cs]
