@@ -24,6 +24,20 @@ __all__ = [
 ]
 
 
+def _input_file(path: str) -> Path:
+    """``path`` as an existing file.
+
+    Raises:
+        InputError: missing path, or a directory.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"input file not found: {p}")
+    if p.is_dir():
+        raise InputError(f"input {p} is a directory: pass a file (plain text or JSONL)")
+    return p
+
+
 def _read_source(path: str) -> str:
     """The UTF-8 text of a file, or of stdin for ``-``.
 
@@ -39,11 +53,7 @@ def _read_source(path: str) -> str:
         except UnicodeDecodeError as exc:
             raise InputError(f"standard input is not UTF-8 text (byte {exc.start}): convert it first, "
                              "e.g. with iconv -t UTF-8") from None
-    p = Path(path)
-    if not p.exists():
-        raise InputError(f"input file not found: {p}")
-    if p.is_dir():
-        raise InputError(f"input {p} is a directory: pass a file (plain text or JSONL)")
+    p = _input_file(path)
     try:
         return p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -106,11 +116,7 @@ def iter_record_chunks(path: str, chunk: int = 4096) -> Iterator[list[dict[str, 
         fh = _io.TextIOWrapper(raw, encoding="utf-8") if raw is not None else sys.stdin
         where = "standard input"
     else:
-        p = Path(path)
-        if not p.exists():
-            raise InputError(f"input file not found: {p}")
-        if p.is_dir():
-            raise InputError(f"input {p} is a directory: pass a file (plain text or JSONL)")
+        p = _input_file(path)
         try:
             fh = open(p, encoding="utf-8")
         except OSError as exc:

@@ -94,18 +94,25 @@ def test_results_rows_and_threshold_split(local_run):
     assert df[(df["metric"] == "tpr@0.1%fpr")]["value"].isna().all()
 
 
+def _start_grid(cfg_path, out, min_parts):
+    """Start ``sketchwm bench run`` in a subprocess and return (env, cmd, proc) once ``out`` holds at
+    least ``min_parts`` finished parts, the grid still running."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "plugins"), str(ROOT / "attacks")])}
+    cmd = [sys.executable, "-m", "sketchwm.cli", "bench", "run", str(cfg_path), "--out", str(out), "--quiet"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + 600  # generous: a loaded machine can take minutes to import and start
+    while time.time() < deadline and proc.poll() is None and len(done_cells(out)) < min_parts:
+        time.sleep(0.02)
+    assert proc.poll() is None, "the grid finished before it could be interrupted: " + proc.stderr.read().decode()[-500:]
+    return env, cmd, proc
+
+
 def test_sigkill_and_restart_equals_uninterrupted_run(local_run, tmp_path):
     cfg, ref_out = local_run
     cfg_path = tmp_path / "grid.json"
     cfg_path.write_text(json.dumps(tiny_config()))
     out = tmp_path / "killed"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "plugins"), str(ROOT / "attacks")])}
-    cmd = [sys.executable, "-m", "sketchwm.cli", "bench", "run", str(cfg_path), "--out", str(out), "--quiet"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 600  # generous: a loaded machine can take minutes to import and start
-    while time.time() < deadline and proc.poll() is None and len(done_cells(out)) < 2:
-        time.sleep(0.02)
-    assert proc.poll() is None, "the grid finished before it could be killed: " + proc.stderr.read().decode()[-500:]
+    env, cmd, proc = _start_grid(cfg_path, out, min_parts=2)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     n_killed = len(done_cells(out))
@@ -133,13 +140,7 @@ def test_interrupted_bench_keeps_every_existing_file(local_run, tmp_path, sig):
     shutil.copy2(ref_out / "config.json", out / "config.json")
     (out / "notes.txt").write_text("my notes on this run")
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "plugins"), str(ROOT / "attacks")])}
-    cmd = [sys.executable, "-m", "sketchwm.cli", "bench", "run", str(cfg_path), "--out", str(out), "--quiet"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.time() + 600  # generous: a loaded machine can take minutes to import and start
-    while time.time() < deadline and proc.poll() is None and len(done_cells(out)) < 4:
-        time.sleep(0.02)
-    assert proc.poll() is None, "the grid finished before it could be interrupted: " + proc.stderr.read().decode()[-500:]
+    _, _, proc = _start_grid(cfg_path, out, min_parts=4)
     proc.send_signal(sig)
     proc.communicate(timeout=60)
     assert proc.returncode != 0
