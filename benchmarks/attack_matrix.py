@@ -5,7 +5,7 @@ For every registered watermark scheme (or those given with ``--schemes``) on the
 1. generate ``--n-texts`` watermarked texts of ``--gen-length`` tokens (default 100 x 128) and as
    many unwatermarked texts from other prompts; the detection threshold τ is sketchwm's one
    decision rule, max(conformal (1 - α) quantile of the scheme's score on the unwatermarked texts,
-   the scheme's analytic τ_α) (:func:`sketchwm.detection.decision_threshold`), so FPR <= 1% on clean text;
+   the scheme's analytic τ_α) (:func:`sketchwm.stats.decision_threshold`), so FPR <= 1% on clean text;
 2. apply every registered attack (or ``--attacks``) at strengths 0.1 / 0.3 / 0.5 and record the
    TPR (fraction of attacked texts scoring above τ), mean semantic similarity to the original,
    mean edit fraction and mean token Levenshtein distance;
@@ -53,7 +53,8 @@ from typing import Any, Sequence
 import torch
 
 from sketchwm.config import config_hash
-from sketchwm.detection import decision_threshold, pad_ids
+from sketchwm.detection import pad_ids, scheme_analytic_threshold
+from sketchwm.stats import decision_threshold
 from sketchwm.registry import get_registry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -230,7 +231,8 @@ def run(args: argparse.Namespace) -> list[dict]:
         wmk = gens.watermarker(scheme_name)
         scheme = wmk.scheme
         null = Scores(scheme, backend, null_texts)
-        tau = decision_threshold(scheme, null.score, args.alpha)  # the one rule: max(conformal, analytic)
+        # the one rule: max(conformal, analytic at 128 tokens)
+        tau = decision_threshold(null.score, args.alpha, scheme_analytic_threshold(scheme, args.alpha, 128))
         wm_texts = gens.get(scheme_name, eval_prompts, args.seed + 3, "eval")
         wm = Scores(scheme, backend, wm_texts)
         detected = wm.score > tau
@@ -270,7 +272,8 @@ def run(args: argparse.Namespace) -> list[dict]:
                 add(scheme_name, "steal-spoof", args.spoof_delta, "spoof_rate_pvalue_1pct", sp.p_rate(args.alpha), k, sp_params, tn)
                 if control is None:
                     control = gens.watermarker(scheme_name, other_key).scheme
-                    control_tau = decision_threshold(control, Scores(control, backend, null_texts).score, args.alpha)
+                    control_tau = decision_threshold(Scores(control, backend, null_texts).score, args.alpha,
+                                                     scheme_analytic_threshold(control, args.alpha, 128))
                 sp_other = Scores(control, backend, spoof.texts)
                 add(scheme_name, "steal-spoof", args.spoof_delta, "spoof_rate_other_key", sp_other.rate(control_tau), k, sp_params, tn)
                 add(scheme_name, "steal-spoof", args.spoof_delta, "spoof_rate_other_key_pvalue_1pct", sp_other.p_rate(args.alpha),

@@ -32,7 +32,6 @@ __all__ = [
     "Component",
     "Sketch",
     "ScoreFunction",
-    "ScoreOutput",
     "DLMBackend",
     "DenoiseStep",
     "WatermarkScheme",
@@ -495,25 +494,14 @@ class Sketch(Component):
 
 
 # ============================================================================ scores
-@dataclass
-class ScoreOutput:
-    """Scores of texts against one direction.
-
-    Attributes:
-        score: (B,) float64, the score function's statistic (e.g. S_k of eq. 2).
-        z: (B,) float64, ⟨u, h⟩ / ‖h‖, a standard normal under the key-randomised null (CLT).
-        p_value: (B,) float64, key-randomised p-value (method named by ``p_value_method``).
-        p_value_method: how ``p_value`` was computed.
-    """
-
-    score: torch.Tensor
-    z: torch.Tensor
-    p_value: torch.Tensor
-    p_value_method: str
-
-
 class ScoreFunction(Component):
     """A detector score S(u, h) with its residual gradient and p-values (paper §4, §5.2).
+
+    Detection contract (shared with :class:`WatermarkScheme`): :meth:`p_values` returns the same
+    :class:`SchemeScores` as :meth:`WatermarkScheme.score_ids` (score, z, p-value, tokens scored,
+    method), and :meth:`analytic_threshold` has the scheme's signature ``(alpha, n_tokens) -> float``
+    (raising NotImplementedError when there is no closed form). The statistics themselves (exact
+    Rademacher tails, bounds, normal tails) live in :mod:`sketchwm.stats`.
 
     Args:
         params: validated ``Params``.
@@ -539,12 +527,27 @@ class ScoreFunction(Component):
         """Ascent direction ½∇_h S at h_hat: u (D,), h_hat (B, D) → (B, D) float32 (r_{k,t} of eq. 6)."""
 
     @abstractmethod
-    def analytic_threshold(self, alpha: float, n_tokens: int | None = None) -> float:
-        """A threshold whose key-randomised false-positive probability is <= alpha (eq. 19 or analogue)."""
+    def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
+        """A threshold on ``score`` whose key-randomised false-positive probability is <= alpha for texts
+        of ``n_tokens`` tokens (eq. 19 or analogue); same signature as :meth:`WatermarkScheme.analytic_threshold`.
+
+        Raises:
+            InputError: alpha outside (0, 1).
+            NotImplementedError: no closed form.
+        """
 
     @abstractmethod
-    def p_values(self, u: torch.Tensor, h: torch.Tensor, method: str = "exact") -> ScoreOutput:
-        """Score, z and key-randomised p-value for u (D,) and h (B, D)."""
+    def p_values(self, u: torch.Tensor, h: torch.Tensor, n_tokens: torch.Tensor, method: str = "exact") -> "SchemeScores":
+        """Score, z and key-randomised p-value of sketches h (B, D) against direction u (D,).
+
+        Args:
+            u: (D,) direction; h: (B, D) sketches; n_tokens: (B,) the sketches' normaliser N
+                (``n_scored`` of the result); method: how to compute the p-value (score-specific;
+                implementations may take further keyword-only options).
+
+        Returns:
+            :class:`SchemeScores`, every field (B,) (float64, ``n_scored`` int64).
+        """
 
 
 # ============================================================================ backends
@@ -787,15 +790,32 @@ class WatermarkScheme(Component):
         return confidence
 
     # -------------------------------------------------------------- detection
+    # The one detection contract (shared with ScoreFunction.p_values / analytic_threshold):
+    #   score_ids(ids (B, N) int64, valid (B, N) bool) -> SchemeScores, every field (B,)
+    #   analytic_threshold(alpha: float, n_tokens: int) -> float  (NotImplementedError: no closed form)
+    # Build p-values from sketchwm.stats (exact tails, bounds, permutation p-values, scores_from_log_p).
     @abstractmethod
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
-        """Detection statistics for ids (B, N) int64 with valid (B, N) bool (padding False)."""
+        """Detection statistics for ids (B, N) int64 with valid (B, N) bool (padding False).
+
+        Returns:
+            :class:`SchemeScores`: ``score`` (thresholds apply to it; larger = more watermarked), ``z``,
+            ``p_value`` under the scheme's null, ``n_scored`` and ``p_value_method``, each (B,).
+
+        Raises:
+            InputError: wrong shapes or ids outside [0, V).
+        """
 
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
-        """Threshold on ``score`` with false-positive probability <= alpha without calibration.
+        """Threshold on ``score`` with false-positive probability <= alpha for a text of ``n_tokens``
+        tokens, without calibration.
 
         Default: the score that corresponds to p-value alpha is unknown, so schemes override; the
         detector falls back to ``p_value <= alpha`` when this raises NotImplementedError.
+
+        Raises:
+            InputError: alpha outside (0, 1) (overrides).
+            NotImplementedError: no closed form (the default).
         """
         raise NotImplementedError
 

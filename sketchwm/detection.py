@@ -10,7 +10,8 @@ ids), checks them (empty, too short, out of vocabulary, wrong tokenizer), calls 
   length bin (§4.3), from a :class:`Calibration` file written by :func:`calibrate`.
 
 The quantile is the conformal order statistic ⌈(n+1)(1−α)⌉ of n null scores, so the false-positive
-rate on exchangeable null texts is <= α.
+rate on exchangeable null texts is <= α (:func:`sketchwm.stats.conformal_quantile`; every statistic
+lives in :mod:`sketchwm.stats`).
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ from . import __version__
 from .components import WatermarkScheme, ids_summary, tokenizer_fingerprint
 from .config import StrictModel, config_hash
 from .errors import CalibrationError, InputError, TokenizerMismatchError
+from .stats import check_alpha, conformal_min_size, conformal_quantile
 
-__all__ = ["DetectionResult", "Detector", "decision_threshold", "Calibration", "LengthBin", "calibrate", "DEFAULT_BIN_EDGES", "pad_ids"]
+__all__ = ["DetectionResult", "Detector", "scheme_analytic_threshold", "Calibration", "LengthBin", "calibrate", "DEFAULT_BIN_EDGES",
+           "pad_ids"]
 
 DEFAULT_BIN_EDGES = (16, 32, 64, 96, 128, 192, 256, 384, 512, 1024, 1 << 30)
 CALIBRATION_VERSION = 1
@@ -266,31 +269,18 @@ class Calibration(StrictModel):
             raise CalibrationError(f"calibration was made with token prior {self.token_prior}, the scheme uses token prior {prior}")
 
 
-def conformal_quantile(scores: torch.Tensor, alpha: float) -> float:
-    """The ⌈(n+1)(1−α)⌉-th smallest of n scores (+inf if n is too small for α)."""
-    s = torch.sort(scores.double().flatten()).values
-    n = s.numel()
-    k = math.ceil((n + 1) * (1 - alpha))
-    return float("inf") if k > n else float(s[k - 1])
+def scheme_analytic_threshold(scheme: WatermarkScheme, alpha: float, n_tokens: int) -> float | None:
+    """The scheme's analytic τ_α for texts of ``n_tokens`` tokens, or None when it has no closed form
+    (its ``analytic_threshold`` raises NotImplementedError).
 
-
-def decision_threshold(scheme: WatermarkScheme, null_scores: torch.Tensor, alpha: float, n_tokens: int = 128) -> float:
-    """The one decision rule's threshold for a single length bin: max(conformal τ_N, analytic τ_α).
-
-    Used by benchmarks that calibrate in memory (see :meth:`Detector.decide`).
-
-    Args:
-        scheme: the keyed scheme; null_scores: (n,) its scores on unwatermarked texts;
-        alpha: false-positive rate; n_tokens: text length passed to ``analytic_threshold``.
-
-    Returns:
-        the threshold on ``score`` (+inf if too few null scores for α).
+    Raises:
+        InputError: alpha outside (0, 1).
     """
-    tau = conformal_quantile(null_scores, alpha)
+    check_alpha(alpha)
     try:
-        return max(tau, float(scheme.analytic_threshold(alpha, n_tokens)))
+        return float(scheme.analytic_threshold(alpha, n_tokens))
     except NotImplementedError:
-        return tau
+        return None
 
 
 class Detector:
@@ -318,8 +308,7 @@ class Detector:
         calibration: Calibration | None = None,
         expected_tokenizer: str | None = None,
     ):
-        if not 0 < alpha < 1:
-            raise InputError(f"alpha must be in (0, 1), got {alpha}")
+        alpha = check_alpha(alpha)
         self.scheme, self.tokenizer, self.alpha = scheme, tokenizer, alpha
         self.key_fingerprint = key_fingerprint
         self.tokenizer_fp = tokenizer_fingerprint(tokenizer)
@@ -394,12 +383,10 @@ class Detector:
     def _analytic(self, n_tokens: torch.Tensor) -> torch.Tensor | None:
         """τ_α per text, (B,) float64, evaluated once per distinct length; None without a closed form."""
         lengths, inverse = np.unique(n_tokens.long().cpu().numpy(), return_inverse=True)
-        try:
-            per_len = np.array([float(self.scheme.analytic_threshold(self.alpha, int(k))) for k in lengths.tolist()],
-                               dtype=np.float64)
-        except NotImplementedError:
+        per_len = [scheme_analytic_threshold(self.scheme, self.alpha, int(k)) for k in lengths.tolist()]
+        if any(t is None for t in per_len):
             return None
-        return torch.from_numpy(per_len[inverse.reshape(-1)])
+        return torch.from_numpy(np.array(per_len, dtype=np.float64)[inverse.reshape(-1)])
 
     def detect(self, texts: Sequence[str], *, per_item: bool = False, progress: bool = False,
                index_offset: int = 0) -> DetectionResult:
@@ -599,7 +586,7 @@ def calibrate(
         n_skipped, id_lists = len(id_lists) - len(kept), kept
     if not (0 < alpha < 1) or 1 / alpha > 1e12:
         raise CalibrationError(f"alpha must be in [1e-12, 1) to calibrate, got {alpha}")
-    need = math.ceil(1 / alpha) - 1
+    need = conformal_min_size(alpha)
     if len(id_lists) < need:
         raise CalibrationError(f"calibrating at alpha={alpha} needs at least {need} unwatermarked texts, got {len(id_lists)}")
     min_per_bin = min(len(id_lists), min_per_bin or math.ceil(2 / alpha))

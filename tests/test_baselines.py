@@ -19,7 +19,7 @@ from sketchwm.components import DenoiseStep
 from sketchwm.errors import InputError
 from sketchwm.keys import WatermarkKey
 from sketchwm.registry import get_registry
-from sketchwm_baselines.common import first_occurrence
+from sketchwm_baselines.context import first_occurrence
 from sketchwm_baselines.kth_exp_edit import levenshtein_min
 
 V = 120

@@ -140,7 +140,7 @@ def test_distinct_token_sums_numpy_and_torch_paths_agree():
 
 
 def test_unigram_distinct_counts_match_first_occurrence(key):
-    from sketchwm_baselines.common import first_occurrence
+    from sketchwm_baselines.context import first_occurrence
     from sketchwm_baselines.unigram import UnigramScheme
 
     sch = UnigramScheme({}, key, V)

@@ -1,6 +1,5 @@
 """Score functions and key-randomised p-values (eq. 2, 17-19)."""
 
-import itertools
 import math
 
 import pytest
@@ -9,7 +8,8 @@ from scipy.stats import kstest
 
 from sketchwm.errors import ConfigError
 from sketchwm.keys import WatermarkKey
-from sketchwm_builtin.scores import PenalizedScore, ZScore, rademacher_sum_pvalue
+from sketchwm.stats import rademacher_sum_pvalue
+from sketchwm_builtin.scores import PenalizedScore, ZScore
 from sketchwm_builtin.global_sketch import GlobalSketchScheme
 
 
@@ -23,20 +23,8 @@ def test_penalized_score_definition():
     # completing the square (eq. 3)
     alt = -sc.lam * ((h.double() - u.double() / sc.lam) ** 2).sum(1) + (u.double() ** 2).sum() / sc.lam
     assert torch.allclose(sc.score(u, h), alt)
-    assert sc.analytic_threshold(0.01) == pytest.approx(2 / sc.lam * math.log(100))
+    assert sc.analytic_threshold(0.01, 64) == pytest.approx(2 / sc.lam * math.log(100))
     assert torch.allclose(sc.residual(u, h.float()), u[None] - sc.lam * h)
-
-
-def test_exact_pvalue_matches_enumeration():
-    g = torch.Generator().manual_seed(1)
-    H = torch.randint(-3, 4, (4, 10), generator=g)
-    signs = torch.tensor(list(itertools.product([-1, 1], repeat=10)), dtype=torch.long)  # (1024, 10)
-    sums = signs @ H.T  # (1024, 4)
-    for x in (-5, 0, 3, 7, 12):
-        xo = torch.full((4,), x, dtype=torch.long)
-        brute = (sums >= x).double().mean(0)
-        got = rademacher_sum_pvalue(H, xo)
-        assert torch.allclose(got, brute, atol=1e-9), (x, got, brute)
 
 
 def test_exact_pvalue_agrees_with_monte_carlo_and_bounds():
@@ -53,14 +41,7 @@ def test_exact_pvalue_agrees_with_monte_carlo_and_bounds():
     bound = sc.p_values(u, h, method="bound", n_tokens=N)
     assert bool((bound.p_value >= ex.p_value - 1e-12).all())  # Hoeffding is an upper bound
     with pytest.raises(ConfigError, match="unknown p-value method"):
-        sc.p_values(u, h, method="magic")
-
-
-def test_tiny_pvalues_use_valid_chernoff_bound():
-    H = torch.ones(1, 1024, dtype=torch.long)
-    p = rademacher_sum_pvalue(H, torch.tensor([400]))
-    # exact: P(Binomial(1024, 1/2) >= 712) ~ 1e-37; the returned value must be a valid (larger) bound, tiny
-    assert 0 < float(p) < 1e-20
+        sc.p_values(u, h, N, method="magic")
 
 
 def test_null_pvalues_uniform_and_analytic_fpr_over_random_keys():
@@ -83,7 +64,7 @@ def test_null_pvalues_uniform_and_analytic_fpr_over_random_keys():
         p_gt = float(rademacher_sum_pvalue(H, torch.tensor([x + 2])))  # the lattice of X has step 2
         rand_pv.append(p_gt + float(torch.rand(1, generator=g)) * (p_ge - p_gt))
         hits_pen += int(float(s.score[0]) >= sch.analytic_threshold(0.05, 80))
-        hits_z += int(float(s.z[0]) >= ZScore({}, 1, 1).analytic_threshold(0.05))
+        hits_z += int(float(s.z[0]) >= ZScore({}, 1, 1).analytic_threshold(0.05, 80))
     assert kstest(rand_pv, "uniform").pvalue > 0.01
     # the exact (non-randomised) p-value of a discrete statistic is valid: P(p <= a) <= a
     for a in (0.05, 0.1, 0.25, 0.5):

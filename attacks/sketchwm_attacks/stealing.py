@@ -210,16 +210,28 @@ class WatermarkStealer:
 
     def token_boosts(self, ids: Sequence[int]) -> torch.Tensor:
         """Boost of each token of a text given its actual left neighbour: (N,) float32."""
+        t = torch.as_tensor(list(ids), dtype=torch.long)[None, :]  # (1, N)
+        return self.batch_token_boosts(t, torch.ones_like(t, dtype=torch.bool))[0]
+
+    def batch_token_boosts(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Boost of each valid token given its left neighbour among the valid tokens (padding skipped).
+
+        Args:
+            ids: (B, N) int64 token ids; valid: (B, N) bool, False on padding.
+
+        Returns:
+            (B, N) float32 boosts of the valid tokens packed to the left (in text order), 0 after them.
+        """
         s0 = self._check()
-        t = torch.as_tensor(list(ids), dtype=torch.long)
-        if t.numel() == 0:
-            return torch.zeros(0)
-        out = s0[t].clone()  # (N,)
-        if self.config.context_weight > 0 and t.numel() > 1 and self.pair_keys.numel():
-            keys = t[:-1] * self.vocab_size + t[1:]  # (N-1,)
-            pos = torch.searchsorted(self.pair_keys, keys).clamp(max=self.pair_keys.numel() - 1)
-            hit = self.pair_keys[pos] == keys
-            out[1:] += self.config.context_weight * torch.where(hit, self.pair_score[pos], torch.zeros_like(out[1:]))
+        ids, valid = ids.long().cpu(), valid.bool().cpu()
+        order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)  # valid tokens first, in order
+        t, ok = ids.gather(1, order), valid.gather(1, order)  # (B, N)
+        out = torch.where(ok, s0[t.clamp(0, self.vocab_size - 1)], torch.zeros((), dtype=s0.dtype))  # (B, N)
+        if self.config.context_weight > 0 and t.shape[1] > 1 and self.pair_keys.numel():
+            keys = t[:, :-1] * self.vocab_size + t[:, 1:]  # (B, N-1) left-neighbour pairs
+            pos = torch.searchsorted(self.pair_keys, keys.contiguous()).clamp(max=self.pair_keys.numel() - 1)
+            hit = (self.pair_keys[pos] == keys) & ok[:, 1:]  # (B, N-1)
+            out[:, 1:] += self.config.context_weight * torch.where(hit, self.pair_score[pos], torch.zeros_like(out[:, 1:]))
         return out
 
     # ------------------------------------------------------------------ spoofing
@@ -280,10 +292,10 @@ class SpoofScheme(WatermarkScheme):
         return step.logits + self.params.delta * boost.to(step.logits.device)
 
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
-        """Mean learned boost per text (the attacker's view; p-values undefined → NaN)."""
-        rows = [self.stealer.token_boosts(ids[b][valid[b]].tolist()) for b in range(ids.shape[0])]
-        score = torch.tensor([float(r.mean()) if r.numel() else 0.0 for r in rows], dtype=torch.float64)
-        n = torch.tensor([r.numel() for r in rows], dtype=torch.long)
+        """Mean learned boost per text (the attacker's view; p-values undefined → NaN); ids, valid (B, N)."""
+        boosts = self.stealer.batch_token_boosts(ids, valid)  # (B, N), valid tokens packed left
+        n = valid.sum(1).cpu().long()  # (B,)
+        score = torch.where(n > 0, boosts.double().sum(1) / n.clamp_min(1), torch.zeros(n.shape, dtype=torch.float64))
         nan = torch.full_like(score, float("nan"))
         return SchemeScores(score=score, z=nan, p_value=nan.clone(), n_scored=n, p_value_method="none (attacker estimate)")
 

@@ -33,20 +33,9 @@ from pydantic import Field
 
 from sketchwm.components import DenoiseStep, SchemeScores, WatermarkScheme
 from sketchwm.prf import keyed_uniform
+from sketchwm.stats import gamma_logsf, log10_threshold, scores_from_log_p, standardise
 
-from .common import (
-    ContextParams,
-    KeyedRowCache,
-    check_ids,
-    context_hash,
-    first_occurrence,
-    gamma_logsf,
-    gather_context,
-    log10_threshold,
-    pair_counter,
-    scores_from_log_p,
-    standardise,
-)
+from .context import ContextParams, KeyedRowCache, check_ids, context_hash, first_occurrence, gather_context, pair_counter
 
 __all__ = ["AARGumbelScheme", "AARGumbelParams"]
 

@@ -5,8 +5,8 @@ a green list G(h, ·) of ratio γ is seeded by the hash h of the context, and ev
 raised by δ: l̃_v = l_v + δ·G(h, v). In a masked DLM the context of a masked position may itself be
 masked; the naive port (the "KGW" baseline of Gloaguen et al. 2025) tilts a masked position
 only when every context token is known — unmasked, or in the prompt — and leaves it untouched
-otherwise. Green rows are cached per position (:class:`~sketchwm_baselines.common.KeyedRowCache`). Detection is shared with ``red-green-dlm``
-(:class:`~sketchwm_baselines.common.ContextGreenListScheme`).
+otherwise. Green rows are cached per position (:class:`~sketchwm_baselines.context.KeyedRowCache`). Detection is shared with ``red-green-dlm``
+(:class:`~sketchwm_baselines.green.ContextGreenListScheme`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import torch
 
 from sketchwm.components import DenoiseStep
 
-from .common import ContextGreenListScheme, GreenListParams, KeyedRowCache, context_hash, gather_context
+from .context import KeyedRowCache, context_hash, gather_context
+from .green import ContextGreenListScheme, GreenListParams
 
 __all__ = ["KGWNaiveScheme", "KGWNaiveParams"]
 

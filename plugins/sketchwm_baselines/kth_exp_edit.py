@@ -40,8 +40,9 @@ from pydantic import Field
 from sketchwm.components import DenoiseStep, SchemeScores, WatermarkScheme
 from sketchwm.config import StrictModel
 from sketchwm.prf import keyed_uniform
+from sketchwm.stats import permutation_pvalue, standardise
 
-from .common import check_ids
+from .context import check_ids
 
 __all__ = ["KTHExpEditScheme", "KTHExpEditParams", "levenshtein_min"]
 
@@ -201,9 +202,9 @@ class KTHExpEditScheme(WatermarkScheme):
         phi = self.statistic(ids, lengths).double()  # (B,)
         null = self.statistic(ids, lengths, null=True).double()  # (B, P)
         P = null.shape[1]
-        p_value = (1.0 + (null <= phi[:, None]).sum(1).double()) / (1.0 + P)
-        sd = null.std(1, unbiased=True) if P > 1 else torch.ones_like(phi)
-        z = torch.where(sd > 0, (null.mean(1) - phi) / sd.clamp_min(1e-12), torch.zeros_like(phi))
+        p_value = permutation_pvalue(null, phi, "less")  # a small φ is watermarked
+        var = null.var(1, unbiased=True) if P > 1 else torch.ones_like(phi)
+        z = standardise(-phi, -null.mean(1), var)  # sign flipped: large z is watermarked
         p_value = torch.where(lengths > 0, p_value, torch.ones_like(p_value))
         method = f"permutation test ({P} null key sequences; resolution {1.0 / (P + 1):.3g})"
         return SchemeScores(score=z, z=z, p_value=p_value, n_scored=lengths.long(), p_value_method=method)

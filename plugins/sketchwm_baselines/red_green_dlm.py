@@ -31,7 +31,7 @@ with respect to the candidate weights: the context weights give the predictive b
 weights the expectation boost; both are scattered back onto the vocabulary. Tokens outside the
 top-k get no boost, as in the reference's top-k approximation; with top-k >= V it is exact.
 Detection: binomial test on the green count with repeated (hash, token) pairs removed
-(:class:`~sketchwm_baselines.common.ContextGreenListScheme`).
+(:class:`~sketchwm_baselines.green.ContextGreenListScheme`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ from pydantic import Field
 from sketchwm.components import DenoiseStep
 from sketchwm.errors import InputError
 
-from .common import ContextGreenListScheme, GreenListParams, context_hash
+from .context import context_hash
+from .green import ContextGreenListScheme, GreenListParams
 
 __all__ = ["RedGreenDLMScheme", "RedGreenDLMParams"]
 

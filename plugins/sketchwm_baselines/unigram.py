@@ -19,8 +19,9 @@ from pydantic import Field
 from sketchwm.components import DenoiseStep, SchemeScores, WatermarkScheme, distinct_token_sums
 from sketchwm.config import StrictModel
 from sketchwm.prf import keyed_uniform
+from sketchwm.stats import hypergeom_logsf, log10_threshold, scores_from_log_p, standardise
 
-from .common import check_ids, hypergeom_logsf, log10_threshold, scores_from_log_p, standardise
+from .context import check_ids
 
 __all__ = ["UnigramScheme", "UnigramParams"]
 

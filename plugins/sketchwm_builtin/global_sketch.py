@@ -100,6 +100,7 @@ from sketchwm.config import ComponentSpec, StrictModel
 from sketchwm.errors import ConfigError, InputError
 from sketchwm.hookspecs import hookimpl
 from sketchwm.prf import keyed_signs
+from sketchwm.stats import bonferroni, normal_isf, normal_sf
 
 __all__ = ["GlobalSketchScheme", "GlobalSketchParams", "PriorSpec", "Attribution", "resolve_prior"]
 
@@ -649,17 +650,12 @@ class GlobalSketchScheme(WatermarkScheme):
         ids, valid = ids.to(self.device), valid.to(self.device)
         if self.null == "background":
             z, n = self._background(ids, valid)
-            if z.device.type == "cpu":  # 1 − Φ(z − β) = Φ(β − z), accurate in the tail
-                from scipy.special import ndtr
-
-                p = torch.from_numpy(ndtr(self.params.null_margin - z.numpy()))
-            else:
-                p = torch.special.ndtr(self.params.null_margin - z)
+            p = normal_sf(z - self.params.null_margin)  # 1 − Φ(z − β), accurate in the tail
             return SchemeScores(z, z, p, n, f"fixed-key background null, 1-Phi(z - {self.params.null_margin:g}) "
                                            f"(token prior: {self.prior_desc.get('source')})")
         h, n = self.sketch_ids(ids, valid)
-        out = self.score_fn.p_values(self.u, h, method=self.params.p_value, n_tokens=n)
-        return SchemeScores(out.score.double(), out.z.double(), out.p_value.double(), n.long(),
+        out = self.score_fn.p_values(self.u, h, n, self.params.p_value)
+        return SchemeScores(out.score.double(), out.z.double(), out.p_value.double(), out.n_scored,
                             "key-randomised (valid on average over keys, not for one fixed key): " + out.p_value_method)
 
     def sketch_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -674,9 +670,7 @@ class GlobalSketchScheme(WatermarkScheme):
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
         """Background null: β + Φ⁻¹(1 − α) on z (⇔ p ≤ α); key-randomised: τ_α of the score (eq. 19)."""
         if self.null == "background":
-            from scipy.stats import norm
-
-            return self.params.null_margin + float(norm.isf(alpha))
+            return self.params.null_margin + normal_isf(alpha)
         return self.score_fn.analytic_threshold(alpha, n_tokens)
 
     def attribute(self, ids: torch.Tensor, valid: torch.Tensor, n_keys: int, top: int = 5, chunk: int = 8192,
@@ -702,8 +696,6 @@ class GlobalSketchScheme(WatermarkScheme):
         """
         from sketchwm.attribution import DirectionBank, integer_sketch
 
-        from .scores import rademacher_sum_pvalue
-
         if n_keys < 1:
             raise InputError("n_keys must be >= 1")
         bank = bank if bank is not None else DirectionBank.build(self, n_keys, chunk)
@@ -723,7 +715,7 @@ class GlobalSketchScheme(WatermarkScheme):
         best_s = torch.stack([self.score_fn.score(U_top[b], h[b:b + 1])[0] for b in range(H.shape[0])])  # (B, top)
         z = ip_int.double() / n.double().clamp_min(1).sqrt()[:, None] / h.norm(dim=1, keepdim=True).clamp_min(1e-300)
         p = rademacher_sum_pvalue(H, ip_int)
-        return Attribution(best_i, best_s, z, p, (p * n_keys).clamp(max=1.0), n_keys)
+        return Attribution(best_i, best_s, z, p, bonferroni(p, n_keys), n_keys)
 
     def describe(self) -> dict[str, Any]:
         """Config plus the resolved prior (source and SHA-256) and the sketch report."""

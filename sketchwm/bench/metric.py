@@ -14,7 +14,6 @@ that need it return NaN with a note instead of a number.
 
 from __future__ import annotations
 
-import math
 from abc import abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -22,6 +21,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..components import Component
+from ..stats import conformal_min_size as min_null_size  # re-exported: ⌈1/α⌉ − 1
+from ..stats import decision_threshold
 
 __all__ = ["Metric", "MetricValue", "CellData", "threshold", "min_null_size", "CELL_KINDS", "TASKS"]
 
@@ -30,11 +31,6 @@ __all__ = ["Metric", "MetricValue", "CellData", "threshold", "min_null_size", "C
 CELL_KINDS = ("clean", "attack", "spoof", "scrub")
 #: leaderboard tables a metric can belong to
 TASKS = ("power", "robustness", "quality", "stealing", "speed")
-
-
-def min_null_size(alpha: float) -> int:
-    """⌈1/α⌉ − 1: the fewest null scores for which the conformal (1−α) quantile is finite."""
-    return math.ceil(1 / alpha) - 1
 
 
 @dataclass
@@ -89,13 +85,6 @@ class CellData:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def conformal_tau(null_scores: np.ndarray, alpha: float) -> float:
-    """τ_N: the ⌈(m+1)(1−α)⌉-th smallest of m null scores (+inf when m < ⌈1/α⌉−1; §4.3)."""
-    s = np.sort(np.asarray(null_scores, dtype=np.float64))
-    k = math.ceil((s.size + 1) * (1 - alpha))
-    return float("inf") if k > s.size or k < 1 else float(s[k - 1])
-
-
 def threshold(cell: CellData, alpha: float, analytic: np.ndarray) -> tuple[np.ndarray, str]:
     """The one decision rule's per-text threshold max(τ_N, τ_α) and a note.
 
@@ -110,7 +99,7 @@ def threshold(cell: CellData, alpha: float, analytic: np.ndarray) -> tuple[np.nd
     need = min_null_size(alpha)
     if cell.null_cal.size < need:
         return np.full(analytic.shape, np.nan), f"null calibration split has {cell.null_cal.size} texts; alpha={alpha:g} needs >= {need}"
-    return np.maximum(conformal_tau(cell.null_cal, alpha), analytic), ""
+    return decision_threshold(cell.null_cal, alpha, np.asarray(analytic, dtype=np.float64)), ""
 
 
 class Metric(Component):

@@ -1,0 +1,550 @@
+"""The statistics of detection, in one module: p-values, standardisation, calibration, thresholds and
+multiple-testing corrections.
+
+Every scheme's detector and every benchmark calls these functions instead of re-deriving them.
+
+* **Exact tails** as log survival functions (``log P(X >= k)``), from scipy where scipy is exact:
+  :func:`binomial_logsf`, :func:`hypergeom_logsf`, :func:`gamma_logsf`; the normal tail
+  :func:`normal_sf` / :func:`normal_isf`.
+* **Rademacher sums** X = Σ_j u_j a_j, u uniform on {±1}^D (the key-randomised null of the seed
+  paper, §5.2): exact :func:`rademacher_sum_pvalue` (characteristic function + inverse FFT), the
+  :func:`chernoff_pvalue` bound, the Hoeffding bound :func:`hoeffding_pvalue` (eq. 17) and its
+  inverse :func:`hoeffding_threshold`.
+* **Resampling**: :func:`permutation_pvalue` ((1 + #{null at least as extreme}) / (1 + P)).
+* **Standardisation**: :func:`standardise` (z = (T − μ)/σ).
+* **Scores and thresholds**: :func:`scores_from_log_p` (``score`` = −log10 p) with its exact
+  threshold :func:`log10_threshold`; :func:`check_alpha`.
+* **Calibration** (seed paper §4.3): the conformal quantile :func:`conformal_quantile` with the
+  finite-sample (n+1) correction, the smallest null sample it needs :func:`conformal_min_size`, and
+  the one decision rule's threshold max(τ_N, τ_α) :func:`decision_threshold`.
+* **Multiple testing** over K keys (attribution) or many windows: :func:`bonferroni`,
+  :func:`holm`, :func:`benjamini_hochberg`.
+
+Conventions: p-value functions take and return torch tensors, float64, on the input's device and of
+the input's (broadcast) shape; nothing loops over texts in Python (scipy's vectorised ufuncs do the
+work on the CPU; scipy is imported on first use, keeping ``import sketchwm.detection`` light). Bad
+input — NaN statistics, α outside (0, 1), empty null samples, p-values outside [0, 1] — raises
+:class:`sketchwm.errors.InputError` with a one-line message naming the problem.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+import torch
+
+from .components import SchemeScores
+from .errors import InputError
+
+__all__ = [
+    "check_alpha",
+    "binomial_logsf",
+    "hypergeom_logsf",
+    "gamma_logsf",
+    "normal_sf",
+    "normal_isf",
+    "rademacher_sum_pvalue",
+    "chernoff_pvalue",
+    "hoeffding_pvalue",
+    "hoeffding_threshold",
+    "permutation_pvalue",
+    "standardise",
+    "scores_from_log_p",
+    "log10_threshold",
+    "conformal_min_size",
+    "conformal_quantile",
+    "decision_threshold",
+    "bonferroni",
+    "holm",
+    "benjamini_hochberg",
+]
+
+#: below this tail probability the FFT pmf is dominated by float64 round-off (see :func:`rademacher_sum_pvalue`)
+FFT_FLOOR = 1e-10
+
+
+# ============================================================================ input checks
+def check_alpha(alpha: float, name: str = "alpha") -> float:
+    """α as a float after checking 0 < α < 1.
+
+    Raises:
+        InputError: α is not a number in the open interval (0, 1) (NaN included).
+    """
+    try:
+        a = float(alpha)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a number in (0, 1), got {alpha!r}") from None
+    if not 0.0 < a < 1.0:  # False for NaN too
+        raise InputError(f"{name} must be in (0, 1), got {alpha}")
+    return a
+
+
+def _no_nan(x: torch.Tensor | np.ndarray, name: str) -> None:
+    """Raise InputError if ``x`` holds a NaN."""
+    bad = bool(torch.isnan(x).any()) if torch.is_tensor(x) else bool(np.isnan(x).any())
+    if bad:
+        raise InputError(f"{name} contains NaN")
+
+
+def _np(x: torch.Tensor | float, name: str) -> np.ndarray:
+    """A tensor (or number) as a float64 numpy array, after checking it holds no NaN."""
+    a = x.detach().to(torch.float64).cpu().numpy() if torch.is_tensor(x) else np.asarray(x, dtype=np.float64)
+    _no_nan(a, name)
+    return a
+
+
+def _log_p(logsf: np.ndarray, n: np.ndarray, like: torch.Tensor) -> torch.Tensor:
+    """log p-values as a float64 tensor on ``like``'s device; 0 (p = 1) where nothing was scored (n = 0)."""
+    return torch.from_numpy(np.where(n > 0, np.minimum(logsf, 0.0), 0.0)).to(like.device, torch.float64)
+
+
+# ============================================================================ exact tails
+def binomial_logsf(k: torch.Tensor, n: torch.Tensor, p: float) -> torch.Tensor:
+    """Exact log P(X >= k) for X ~ Binomial(n, p) (the one-sided binomial test of a green count;
+    Kirchenbauer et al. 2023 use its normal approximation, the z-score).
+
+    Source: the binomial survival function, ``scipy.stats.binom.logsf(k − 1, n, p)``.
+
+    Args:
+        k: observed successes, int or float tensor of any shape (B,).
+        n: trials, same shape as ``k`` (0 gives p = 1).
+        p: success probability in (0, 1).
+
+    Returns:
+        log p-values, float64, shape of ``k``, <= 0 (0 where n = 0).
+
+    Raises:
+        InputError: NaN in k or n, or p outside (0, 1).
+    """
+    check_alpha(p, "p")
+    nn = _np(n, "n")
+    from scipy import stats
+
+    return _log_p(stats.binom.logsf(_np(k, "k") - 1.0, nn, p), nn, k)
+
+
+def hypergeom_logsf(k: torch.Tensor, population: int, successes: int, draws: torch.Tensor) -> torch.Tensor:
+    """Exact log P(X >= k) for X ~ Hypergeometric(population, successes, draws): the green count of
+    ``draws`` distinct tokens when ``successes`` of the ``population`` tokens are green (Zhao et al.
+    2024, Unigram watermark with repeated tokens removed).
+
+    Source: ``scipy.stats.hypergeom.logsf(k − 1, population, successes, draws)``, evaluated once per
+    distinct (k, draws) pair (scipy's hypergeometric tail loops in Python per element; a batch of
+    texts has far fewer distinct pairs than texts).
+
+    Args:
+        k: (B,) green counts; draws: (B,) distinct tokens (0 gives p = 1).
+        population, successes: V and |G|.
+
+    Returns:
+        (B,) float64 log p-values <= 0.
+
+    Raises:
+        InputError: NaN in k or draws.
+    """
+    nn, kk = _np(draws, "draws"), _np(k, "k")
+    flat = np.stack([kk.reshape(-1), nn.reshape(-1)], 1)  # (B, 2)
+    pairs, inverse = np.unique(flat, axis=0, return_inverse=True)
+    from scipy import stats
+
+    lp = stats.hypergeom.logsf(pairs[:, 0] - 1.0, population, successes, pairs[:, 1])
+    return _log_p(lp[inverse.reshape(-1)].reshape(nn.shape), nn, k)
+
+
+def gamma_logsf(s: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
+    """Exact log P(S >= s) for S ~ Gamma(n, 1), the sum of n iid Exp(1) (Aaronson's Gumbel watermark
+    statistic Σ −log(1 − r_x); Fernandez et al. 2023, "Three bricks", Prop. 1).
+
+    Source: ``scipy.stats.gamma.logsf(s, n)``.
+
+    Args:
+        s: (B,) observed sums; n: (B,) number of terms (0 gives p = 1).
+
+    Returns:
+        (B,) float64 log p-values <= 0.
+
+    Raises:
+        InputError: NaN in s or n.
+    """
+    nn = _np(n, "n")
+    from scipy import stats
+
+    return _log_p(stats.gamma.logsf(_np(s, "s"), np.maximum(nn, 1.0)), nn, s)
+
+
+def normal_sf(z: torch.Tensor) -> torch.Tensor:
+    """1 − Φ(z) = Φ(−z), accurate far in the upper tail (no cancellation).
+
+    Source: the standard normal cdf Φ, ``scipy.special.ndtr`` on the CPU, ``torch.special.ndtr``
+    elsewhere (the same Cephes algorithm).
+
+    Args:
+        z: float tensor of any shape.
+
+    Returns:
+        float64 tensor of the same shape and device.
+
+    Raises:
+        InputError: z contains NaN.
+    """
+    _no_nan(z, "z")
+    if z.device.type == "cpu":  # scipy: no thread-pool wake-up for a (B,) op
+        from scipy import special
+
+        return torch.from_numpy(np.asarray(special.ndtr(-z.detach().to(torch.float64).numpy()), dtype=np.float64))
+    return torch.special.ndtr(-z.double())
+
+
+def normal_isf(alpha: float) -> float:
+    """Φ⁻¹(1 − α), the upper α-quantile of N(0, 1) (``scipy.stats.norm.isf``).
+
+    Raises:
+        InputError: α outside (0, 1).
+    """
+    from scipy import stats
+
+    return float(stats.norm.isf(check_alpha(alpha)))
+
+
+# ============================================================================ Rademacher sums
+def chernoff_pvalue(a: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Chernoff upper bound on P(Σ_j u_j a_j >= x) for Rademacher u.
+
+    Source: Chernoff's bound P(X >= x) <= inf_θ>0 e^{−θx} E e^{θX}, with E e^{θ u_j a_j} = cosh(θ a_j)
+    (Boucheron, Lugosi & Massart, *Concentration Inequalities*, 2013, §2.2). The infimum is taken over
+    a log-spaced grid of 400 θ in [10⁻³, 10²]·x/‖a‖² (a grid point is a valid bound; θ* ≈ x/‖a‖² for
+    moderate x).
+
+    Args:
+        a: (B, D) float weights.
+        x: (B,) float observed values.
+
+    Returns:
+        (B,) float64 in (0, 1].
+    """
+    a = a.double()
+    x = x.double()
+    scale = a.norm(dim=1).clamp_min(1e-12)  # (B,)
+    thetas = torch.logspace(-3, 2, 400, dtype=torch.float64, device=a.device)  # in units of x/‖a‖²
+    theta = thetas[None, :] * (x.clamp_min(0) / scale**2)[:, None]  # (B, T)
+    ta = theta[:, :, None] * a[:, None, :]  # (B, T, D)
+    logcosh = (ta.abs() + torch.log1p(torch.exp(-2 * ta.abs())) - math.log(2)).sum(-1)  # (B, T)
+    bound = torch.exp((logcosh - theta * x[:, None]).amin(1))
+    return bound.clamp(max=1.0)
+
+
+def rademacher_sum_pvalue(H: torch.Tensor, x_obs: torch.Tensor) -> torch.Tensor:
+    """Exact P(Σ_j u_j H_j >= x_obs) for Rademacher u and integer H (the key-randomised p-value of
+    the seed paper, §5.2, for a text of N tokens: H = √N·h is integral).
+
+    Source: X = Σ_j u_j H_j has characteristic function φ(θ) = Π_j cos(θ H_j); its pmf on the
+    lattice [−A, A], A = Σ|H_j|, is recovered exactly by an inverse FFT of φ at M >= 2A + 2 points
+    (float64). Where the tail is below ``FFT_FLOOR`` = 1e-10 (round-off), the Chernoff bound
+    (:func:`chernoff_pvalue`), still a valid p-value, is returned instead.
+
+    Args:
+        H: (B, D) int64 integer sketch coordinates.
+        x_obs: (B,) or (B, K) int64 observed values of Σ u_j H_j (K directions share one pmf).
+
+    Returns:
+        float64 tensor shaped like ``x_obs``.
+    """
+    a = H.abs()  # (B, D)
+    B = a.shape[0]
+    squeeze = x_obs.dim() == 1
+    xo = x_obs[:, None] if squeeze else x_obs  # (B, K)
+    A = a.sum(1)  # (B,) support is [-A, A]
+    amax = int(a.max()) if a.numel() else 0
+    if amax == 0:
+        out = torch.where(xo <= 0, 1.0, 0.0).double()
+        return out[:, 0] if squeeze else out
+    M = 1 << int(math.ceil(math.log2(2 * int(A.max()) + 2)))
+    mult = torch.zeros(B, amax + 1, dtype=torch.float64, device=a.device).scatter_add_(
+        1, a, torch.ones_like(a, dtype=torch.float64)
+    )[:, 1:]  # (B, amax): how many coordinates have |H_j| = value
+    theta = 2 * math.pi * torch.arange(M, dtype=torch.float64, device=a.device) / M  # (M,)
+    cos = torch.cos(theta[None, :] * torch.arange(1, amax + 1, dtype=torch.float64, device=a.device)[:, None])  # (amax, M)
+    log_abs = mult @ torch.log(cos.abs().clamp_min(1e-300))  # (B, M)
+    neg = mult @ (cos < 0).double()  # (B, M) number of negative factors
+    phi = torch.exp(log_abs) * (1 - 2 * torch.remainder(neg, 2))  # (B, M) characteristic function
+    pmf = torch.fft.ifft(phi.to(torch.complex128), dim=1).real  # (B, M): pmf[x mod M]
+    # re-index to x = -M/2 .. M/2-1 and form upper tails
+    pmf = torch.roll(pmf, shifts=M // 2, dims=1).clamp_min(0)  # index i ↔ x = i - M/2
+    tail = torch.flip(torch.cumsum(torch.flip(pmf, [1]), 1), [1])  # tail[i] = P(X >= i - M/2)
+    idx = (xo + M // 2).clamp(0, M - 1)
+    exact = torch.gather(tail, 1, idx)
+    exact = torch.where(xo > A[:, None], torch.zeros_like(exact), exact)
+    exact = torch.where(xo <= -A[:, None], torch.ones_like(exact), exact).clamp(max=1.0)
+    small = exact < FFT_FLOOR
+    if bool(small.any()):
+        rows, cols = small.nonzero(as_tuple=True)
+        cb = chernoff_pvalue(a[rows].double(), xo[rows, cols].double())
+        exact = exact.clone()
+        exact[rows, cols] = cb  # FFT round-off dominates there; the Chernoff bound is rigorous
+    return exact[:, 0] if squeeze else exact
+
+
+def hoeffding_pvalue(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Hoeffding's bound P(Σ_j u_j a_j >= x) <= exp(−x² / (2‖a‖²)) for x > 0 (1 otherwise), u Rademacher.
+
+    Source: Hoeffding (1963), Thm. 2; the conditional bound of the seed paper, eq. (17), with
+    x = ⟨u, h⟩ and ‖a‖ = ‖h‖.
+
+    Args:
+        x: (B,) float observed values; scale: (B,) float ‖a‖ (0: the sum is 0, so p = 1[x <= 0]).
+
+    Returns:
+        (B,) float64 in [0, 1].
+    """
+    x, scale = x.double(), scale.double()
+    a = x.clamp_min(0)
+    p = torch.where(scale > 0, torch.exp(-(a**2) / (2 * scale.clamp_min(1e-300) ** 2)), (x <= 0).double())
+    p = torch.where(x > 0, p, torch.ones_like(p))
+    return p.clamp(max=1.0)
+
+
+def hoeffding_threshold(alpha: float) -> float:
+    """t_α = √(2 log(1/α)), so that exp(−t_α²/2) = α: the threshold on a standardised Rademacher sum
+    z = X/‖a‖ whose Hoeffding tail (:func:`hoeffding_pvalue`) is α.
+
+    Raises:
+        InputError: α outside (0, 1).
+    """
+    return math.sqrt(2.0 * math.log(1.0 / check_alpha(alpha)))
+
+
+# ============================================================================ resampling
+def permutation_pvalue(
+    null: torch.Tensor, observed: torch.Tensor, alternative: Literal["greater", "less"] = "greater", tol: float = 0.0,
+) -> torch.Tensor:
+    """Monte-Carlo / permutation p-value (1 + #{null at least as extreme as observed}) / (1 + P).
+
+    Source: Phipson & Smyth (2010), "Permutation p-values should never be zero", eq. (2): with P
+    null draws exchangeable with the observation under H0, this p-value is valid (P(p <= α) <= α);
+    its resolution is 1/(P + 1).
+
+    Args:
+        null: (B, P) float statistics under P null draws (keys, permutations, directions).
+        observed: (B,) the observed statistic.
+        alternative: ``greater`` — large values are extreme (count null >= observed − tol);
+            ``less`` — small values are extreme (count null <= observed + tol).
+        tol: ties within ``tol`` count as at least as extreme (float round-off of equal statistics).
+
+    Returns:
+        (B,) float64 in [1/(P+1), 1].
+
+    Raises:
+        InputError: wrong shapes, P = 0, NaN, or an unknown ``alternative``.
+    """
+    if null.dim() != 2 or observed.shape != null.shape[:1]:
+        raise InputError(f"null must be (B, P) and observed (B,), got {tuple(null.shape)} and {tuple(observed.shape)}")
+    if null.shape[1] == 0:
+        raise InputError("permutation p-value needs at least one null draw")
+    _no_nan(observed, "observed statistic")
+    if alternative == "greater":
+        hits = null >= observed[:, None] - tol  # (B, P)
+    elif alternative == "less":
+        hits = null <= observed[:, None] + tol  # (B, P)
+    else:
+        raise InputError(f"alternative must be 'greater' or 'less', got {alternative!r}")
+    return (1.0 + hits.sum(1).double()) / (1.0 + null.shape[1])
+
+
+# ============================================================================ standardisation, scores
+def standardise(stat: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> torch.Tensor:
+    """z = (T − μ)/√σ² in float64, 0 where σ² = 0 (nothing to standardise).
+
+    Args:
+        stat, mean, var: broadcastable tensors (typically (B,)).
+
+    Returns:
+        float64 tensor of the broadcast shape.
+    """
+    stat, mean, var = torch.as_tensor(stat).double(), torch.as_tensor(mean).double(), torch.as_tensor(var).double()
+    return torch.where(var > 0, (stat - mean) / var.clamp_min(1e-300).sqrt(), torch.zeros_like(stat))
+
+
+def scores_from_log_p(log_p: torch.Tensor, z: torch.Tensor, n: torch.Tensor, method: str) -> SchemeScores:
+    """:class:`SchemeScores` whose ``score`` is −log10 p, so that ``score >= −log10 α`` is exactly
+    ``p <= α`` (:func:`log10_threshold`).
+
+    Args:
+        log_p: (B,) float64 natural-log p-values; z: (B,) z-scores; n: (B,) tokens scored.
+        method: how the p-value was computed.
+    """
+    return SchemeScores(
+        score=(-log_p / math.log(10.0)).double(), z=z.double(), p_value=log_p.exp().double(),
+        n_scored=n.long(), p_value_method=method,
+    )
+
+
+def log10_threshold(alpha: float) -> float:
+    """−log10 α: the threshold on a ``score`` defined as −log10 p (exact at every length).
+
+    Raises:
+        InputError: α outside (0, 1).
+    """
+    return -math.log10(check_alpha(alpha))
+
+
+# ============================================================================ calibration
+def conformal_min_size(alpha: float) -> int:
+    """⌈1/α⌉ − 1: the fewest null scores n for which the conformal (1−α) quantile is finite
+    ((n+1)(1−α) <= n ⇔ n >= 1/α − 1).
+
+    Raises:
+        InputError: α outside (0, 1).
+    """
+    return math.ceil(1 / check_alpha(alpha)) - 1
+
+
+def conformal_quantile(scores: torch.Tensor | np.ndarray, alpha: float) -> float:
+    """The ⌈(n+1)(1−α)⌉-th smallest of n null scores (+inf when n < :func:`conformal_min_size`).
+
+    Source: split conformal prediction (Vovk, Gammerman & Shafer 2005; Angelopoulos & Bates 2021,
+    "A gentle introduction to conformal prediction", Thm. 1): for a new score exchangeable with the
+    n null scores, P(score > τ) <= α — the seed paper's calibrated τ_N (§4.3).
+
+    Args:
+        scores: (n,) null scores (any float dtype; torch or numpy), flattened.
+        alpha: target false-positive rate.
+
+    Returns:
+        τ as a float.
+
+    Raises:
+        InputError: no scores, a NaN score, or α outside (0, 1).
+    """
+    alpha = check_alpha(alpha)
+    s = np.sort(_np(scores, "null scores").reshape(-1))
+    n = s.size
+    if n == 0:
+        raise InputError("conformal quantile needs at least one null score, got none")
+    k = math.ceil((n + 1) * (1 - alpha))
+    return float("inf") if k > n else float(s[k - 1])
+
+
+def decision_threshold(
+    null_scores: torch.Tensor | np.ndarray, alpha: float, analytic: "float | np.ndarray | None" = None,
+) -> "float | np.ndarray":
+    """The one decision rule's threshold: max(τ_N, τ_α) — the conformal quantile of the null scores
+    (:func:`conformal_quantile`) and the scheme's analytic threshold, when it has one.
+
+    A text is flagged iff ``score >= threshold`` (:meth:`sketchwm.detection.Detector.decide`).
+
+    Args:
+        null_scores: (n,) scores of unwatermarked texts (one length bin).
+        alpha: target false-positive rate.
+        analytic: τ_α, a float or an array (per text), or None (no closed form).
+
+    Returns:
+        a float (or an array shaped like ``analytic``); +inf when n is too small for α.
+
+    Raises:
+        InputError: see :func:`conformal_quantile`.
+    """
+    tau = conformal_quantile(null_scores, alpha)
+    if analytic is None:
+        return tau
+    if np.ndim(analytic) == 0:
+        return max(tau, float(analytic))
+    return np.maximum(tau, np.asarray(analytic, dtype=np.float64))
+
+
+# ============================================================================ multiple testing
+def _check_p(p: torch.Tensor, m: int | None, dim: int) -> tuple[torch.Tensor, int]:
+    """p as float64 after checking values in [0, 1] and the family size m >= p.shape[dim]."""
+    if not torch.is_tensor(p):
+        p = torch.as_tensor(p, dtype=torch.float64)
+    p = p.double()
+    if p.dim() == 0 or p.shape[dim] == 0:
+        raise InputError(f"multiple-testing correction needs a non-empty family of p-values, got shape {tuple(p.shape)}")
+    _no_nan(p, "p-values")
+    if bool(((p < 0) | (p > 1)).any()):
+        raise InputError("p-values must lie in [0, 1]")
+    k = p.shape[dim]
+    m = k if m is None else int(m)
+    if m < k:
+        raise InputError(f"family size m = {m} is smaller than the {k} p-values given")
+    return p, m
+
+
+def bonferroni(p: torch.Tensor, m: int | None = None, dim: int = -1) -> torch.Tensor:
+    """Bonferroni-adjusted p-values min(1, m·p), controlling the family-wise error rate.
+
+    Source: Dunn (1961), "Multiple comparisons among means"; the union bound P(∪ {p_i <= α/m}) <= α.
+
+    Args:
+        p: p-values of any shape, the family along ``dim``.
+        m: family size (default ``p.shape[dim]``; larger when only some members' p-values are given,
+            e.g. the top-ranked of K keys).
+        dim: the family's dimension.
+
+    Returns:
+        float64 tensor shaped like ``p``.
+
+    Raises:
+        InputError: p outside [0, 1], NaN, an empty family, or m smaller than the family given.
+    """
+    p, m = _check_p(p, m, dim)
+    return (p * m).clamp(max=1.0)
+
+
+def holm(p: torch.Tensor, m: int | None = None, dim: int = -1) -> torch.Tensor:
+    """Holm step-down adjusted p-values, controlling the family-wise error rate (never larger than
+    Bonferroni's).
+
+    Source: Holm (1979), "A simple sequentially rejective multiple test procedure": with the
+    p-values sorted p_(1) <= ... <= p_(m), the adjusted p_(i) = max_{j <= i} min(1, (m − j + 1) p_(j)).
+    The adjusted value of p_(i) depends only on the i smallest p-values, so when only the k smallest
+    of a family of m are given (``m`` > ``p.shape[dim]``, e.g. the best-ranked keys), their adjusted
+    values are still exact.
+
+    Args:
+        p: p-values, the family along ``dim``; m: family size (default ``p.shape[dim]``); dim.
+
+    Returns:
+        float64 tensor shaped like ``p`` (in the input order).
+
+    Raises:
+        InputError: see :func:`bonferroni`.
+    """
+    p, m = _check_p(p, m, dim)
+    p = p.movedim(dim, -1)
+    k = p.shape[-1]
+    sp, order = torch.sort(p, dim=-1, stable=True)  # (..., k) ascending
+    factor = m - torch.arange(k, dtype=torch.float64, device=p.device)  # (k,) m, m−1, ...
+    adj = torch.cummax((sp * factor).clamp(max=1.0), dim=-1).values  # (..., k)
+    out = torch.empty_like(adj).scatter_(-1, order, adj)  # back to input order
+    return out.movedim(-1, dim)
+
+
+def benjamini_hochberg(p: torch.Tensor, m: int | None = None, dim: int = -1) -> torch.Tensor:
+    """Benjamini–Hochberg step-up adjusted p-values (q-values), controlling the false-discovery rate
+    for independent or positively dependent tests.
+
+    Source: Benjamini & Hochberg (1995), "Controlling the false discovery rate": with p sorted
+    ascending, q_(i) = min_{j >= i} min(1, m p_(j) / j). When only the k smallest of a family of m
+    are given (``m`` > ``p.shape[dim]``), the minimum runs over the given j only, which can only
+    raise q: the result stays a valid (conservative) FDR adjustment.
+
+    Args:
+        p: p-values, the family along ``dim``; m: family size (default ``p.shape[dim]``); dim.
+
+    Returns:
+        float64 tensor shaped like ``p`` (in the input order).
+
+    Raises:
+        InputError: see :func:`bonferroni`.
+    """
+    p, m = _check_p(p, m, dim)
+    p = p.movedim(dim, -1)
+    k = p.shape[-1]
+    sp, order = torch.sort(p, dim=-1, stable=True)  # (..., k) ascending
+    rank = torch.arange(1, k + 1, dtype=torch.float64, device=p.device)  # (k,)
+    q = (sp * m / rank).clamp(max=1.0)  # (..., k)
+    q = torch.flip(torch.cummin(torch.flip(q, [-1]), dim=-1).values, [-1])  # min over j >= i
+    out = torch.empty_like(q).scatter_(-1, order, q)
+    return out.movedim(-1, dim)
