@@ -100,7 +100,7 @@ from sketchwm.config import ComponentSpec, StrictModel
 from sketchwm.errors import ConfigError, InputError
 from sketchwm.hookspecs import hookimpl
 from sketchwm.prf import keyed_signs
-from sketchwm.stats import bonferroni, normal_isf, normal_sf
+from sketchwm.stats import bonferroni, normal_isf, normal_sf, rademacher_sum_pvalue
 
 __all__ = ["GlobalSketchScheme", "GlobalSketchParams", "PriorSpec", "Attribution", "resolve_prior"]
 

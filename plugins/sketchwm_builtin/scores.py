@@ -22,7 +22,6 @@ P_u{⟨u, h⟩ ≥ observed | h}. Methods:
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 from pydantic import Field
