@@ -492,59 +492,44 @@ def bonferroni(p: torch.Tensor, m: int | None = None, dim: int = -1) -> torch.Te
     return (p * m).clamp(max=1.0)
 
 
+def _sorted_adjust(p: torch.Tensor, m: int | None, dim: int, adjust) -> torch.Tensor:
+    """Apply ``adjust(sorted p (..., k) ascending, m) -> adjusted (..., k)`` along ``dim`` and return
+    the adjusted values in the input order (float64, shaped like ``p``)."""
+    p, m = _check_p(p, m, dim)
+    sp, order = torch.sort(p.movedim(dim, -1), dim=-1, stable=True)  # (..., k) ascending
+    adj = adjust(sp, m)  # (..., k)
+    return torch.empty_like(adj).scatter_(-1, order, adj).movedim(-1, dim)  # back to input order
+
+
 def holm(p: torch.Tensor, m: int | None = None, dim: int = -1) -> torch.Tensor:
     """Holm step-down adjusted p-values, controlling the family-wise error rate (never larger than
-    Bonferroni's).
+    Bonferroni's); arguments, result and errors as :func:`bonferroni`.
 
     Source: Holm (1979), "A simple sequentially rejective multiple test procedure": with the
     p-values sorted p_(1) <= ... <= p_(m), the adjusted p_(i) = max_{j <= i} min(1, (m − j + 1) p_(j)).
     The adjusted value of p_(i) depends only on the i smallest p-values, so when only the k smallest
     of a family of m are given (``m`` > ``p.shape[dim]``, e.g. the best-ranked keys), their adjusted
     values are still exact.
-
-    Args:
-        p: p-values, the family along ``dim``; m: family size (default ``p.shape[dim]``); dim.
-
-    Returns:
-        float64 tensor shaped like ``p`` (in the input order).
-
-    Raises:
-        InputError: see :func:`bonferroni`.
     """
-    p, m = _check_p(p, m, dim)
-    p = p.movedim(dim, -1)
-    k = p.shape[-1]
-    sp, order = torch.sort(p, dim=-1, stable=True)  # (..., k) ascending
-    factor = m - torch.arange(k, dtype=torch.float64, device=p.device)  # (k,) m, m−1, ...
-    adj = torch.cummax((sp * factor).clamp(max=1.0), dim=-1).values  # (..., k)
-    out = torch.empty_like(adj).scatter_(-1, order, adj)  # back to input order
-    return out.movedim(-1, dim)
+    def step_down(sp: torch.Tensor, m: int) -> torch.Tensor:
+        factor = m - torch.arange(sp.shape[-1], dtype=torch.float64, device=sp.device)  # (k,) m, m−1, ...
+        return torch.cummax((sp * factor).clamp(max=1.0), dim=-1).values  # max over j <= i
+
+    return _sorted_adjust(p, m, dim, step_down)
 
 
 def benjamini_hochberg(p: torch.Tensor, m: int | None = None, dim: int = -1) -> torch.Tensor:
     """Benjamini–Hochberg step-up adjusted p-values (q-values), controlling the false-discovery rate
-    for independent or positively dependent tests.
+    for independent or positively dependent tests; arguments, result and errors as :func:`bonferroni`.
 
     Source: Benjamini & Hochberg (1995), "Controlling the false discovery rate": with p sorted
     ascending, q_(i) = min_{j >= i} min(1, m p_(j) / j). When only the k smallest of a family of m
     are given (``m`` > ``p.shape[dim]``), the minimum runs over the given j only, which can only
     raise q: the result stays a valid (conservative) FDR adjustment.
-
-    Args:
-        p: p-values, the family along ``dim``; m: family size (default ``p.shape[dim]``); dim.
-
-    Returns:
-        float64 tensor shaped like ``p`` (in the input order).
-
-    Raises:
-        InputError: see :func:`bonferroni`.
     """
-    p, m = _check_p(p, m, dim)
-    p = p.movedim(dim, -1)
-    k = p.shape[-1]
-    sp, order = torch.sort(p, dim=-1, stable=True)  # (..., k) ascending
-    rank = torch.arange(1, k + 1, dtype=torch.float64, device=p.device)  # (k,)
-    q = (sp * m / rank).clamp(max=1.0)  # (..., k)
-    q = torch.flip(torch.cummin(torch.flip(q, [-1]), dim=-1).values, [-1])  # min over j >= i
-    out = torch.empty_like(q).scatter_(-1, order, q)
-    return out.movedim(-1, dim)
+    def step_up(sp: torch.Tensor, m: int) -> torch.Tensor:
+        rank = torch.arange(1, sp.shape[-1] + 1, dtype=torch.float64, device=sp.device)  # (k,)
+        q = (sp * m / rank).clamp(max=1.0)  # (..., k)
+        return torch.flip(torch.cummin(torch.flip(q, [-1]), dim=-1).values, [-1])  # min over j >= i
+
+    return _sorted_adjust(p, m, dim, step_up)
