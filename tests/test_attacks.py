@@ -351,6 +351,27 @@ def test_stealer_learns_planted_green_tokens(backend):
     assert rows.shape == (2, backend.vocab_size) and rows[0].abs().sum() == 0
 
 
+def test_spoof_scores_are_batched_and_skip_padding(backend):
+    """SpoofScheme.score_ids scores a padded batch in one pass: the mean boost of each text's valid
+    tokens, with left neighbours taken among the valid tokens, as a per-text loop would give."""
+    wm, ref, _ = _planted_watermark(backend, 100, seed=4)
+    st = WatermarkStealer(backend.vocab_size).fit(wm, ref)
+    ids = torch.tensor([wm[0][:12], wm[1][:12], wm[2][:12]])  # (3, 12)
+    valid = torch.ones_like(ids, dtype=torch.bool)
+    valid[1, 3] = valid[1, 7] = False  # padding inside a text: neighbours skip it
+    valid[2] = False  # an empty text scores 0
+    s = SpoofScheme(st).score_ids(ids, valid)
+    V, w = backend.vocab_size, st.config.context_weight
+    pair = dict(zip(st.pair_keys.tolist(), st.pair_score.tolist()))  # t·V + T → s1
+    for b in range(3):
+        kept = ids[b][valid[b]].tolist()
+        boosts = [float(st.token_score[t]) + (w * pair.get(kept[i - 1] * V + t, 0.0) if i else 0.0) for i, t in enumerate(kept)]
+        expect = sum(boosts) / len(boosts) if kept else 0.0
+        assert float(s.score[b]) == pytest.approx(expect, rel=1e-6, abs=1e-9), b
+    assert s.n_scored.tolist() == [12, 10, 0]
+    assert any(k in pair for k in (ids[0, :-1] * V + ids[0, 1:]).tolist())  # the context term is exercised
+
+
 def test_spoofing_raises_green_frequency(backend):
     """Spoofed generations contain more green tokens than unboosted ones (seeded; 8 texts x 32 tokens)."""
     from sketchwm.engine import MaskedDiffusionSampler
