@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +23,7 @@ from pydantic import Field, model_validator
 
 from ..config import ComponentSpec, StrictModel, validate_params
 from ..errors import ConfigError
+from ..stats import conformal_min_size
 
 __all__ = ["BenchConfig", "SchemeEntry", "AttackEntry", "PromptSet", "StealingSpec", "load_config"]
 
@@ -136,7 +136,7 @@ class BenchConfig(StrictModel):
 
     @model_validator(mode="after")
     def _check(self) -> "BenchConfig":
-        need = math.ceil(1 / 0.01) - 1
+        need = conformal_min_size(0.01)
         if self.n_null_cal < need:
             # allowed (smoke runs), but every 1%-FPR metric will be NaN with a note; say so early
             import warnings
