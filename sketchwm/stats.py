@@ -174,14 +174,15 @@ def gamma_logsf(s: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     return _log_p(stats.gamma.logsf(_np(s, "s"), np.maximum(nn, 1.0)), nn, s)
 
 
-def normal_sf(z: torch.Tensor) -> torch.Tensor:
-    """1 − Φ(z) = Φ(−z), accurate far in the upper tail (no cancellation).
+def normal_sf(z: torch.Tensor, loc: float = 0.0) -> torch.Tensor:
+    """P(Z >= z) for Z ~ N(loc, 1): 1 − Φ(z − loc) = Φ(loc − z), accurate far in the upper tail (no
+    cancellation).
 
-    Source: the standard normal cdf Φ, ``scipy.special.ndtr`` on the CPU, ``torch.special.ndtr``
-    elsewhere (the same Cephes algorithm).
+    Source: the standard normal cdf Φ, ``scipy.special.ndtr`` on the CPU (numpy: no torch thread-pool
+    wake-up for a (B,) op), ``torch.special.ndtr`` elsewhere (the same Cephes algorithm).
 
     Args:
-        z: float tensor of any shape.
+        z: float tensor of any shape; loc: the null mean (e.g. the background null's margin β).
 
     Returns:
         float64 tensor of the same shape and device.
@@ -189,12 +190,14 @@ def normal_sf(z: torch.Tensor) -> torch.Tensor:
     Raises:
         InputError: z contains NaN.
     """
-    _no_nan(z, "z")
-    if z.device.type == "cpu":  # scipy: no thread-pool wake-up for a (B,) op
+    if z.device.type == "cpu":
         from scipy import special
 
-        return torch.from_numpy(np.asarray(special.ndtr(-z.detach().to(torch.float64).numpy()), dtype=np.float64))
-    return torch.special.ndtr(-z.double())
+        x = loc - z.detach().to(torch.float64).numpy()
+        _no_nan(x, "z")
+        return torch.from_numpy(np.asarray(special.ndtr(x), dtype=np.float64))
+    _no_nan(z, "z")
+    return torch.special.ndtr(loc - z.double())
 
 
 def normal_isf(alpha: float) -> float:

@@ -66,6 +66,7 @@ def test_normal_tail_and_quantile():
     assert p.dtype == torch.float64 and p.shape == z.shape
     assert np.allclose(p.numpy(), sps.norm.sf(z.numpy()), rtol=1e-14, atol=0)
     assert 0 < float(p[-1]) < 1e-190  # no cancellation far in the tail
+    assert np.allclose(stats.normal_sf(z, 1.5).numpy(), sps.norm.sf(z.numpy(), loc=1.5), rtol=1e-14, atol=0)
     for a in (0.5, 0.05, 1e-6):
         assert float(stats.normal_sf(torch.tensor([stats.normal_isf(a)], dtype=torch.float64))[0]) == pytest.approx(a, rel=1e-10)
 

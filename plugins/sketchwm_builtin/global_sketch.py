@@ -650,7 +650,7 @@ class GlobalSketchScheme(WatermarkScheme):
         ids, valid = ids.to(self.device), valid.to(self.device)
         if self.null == "background":
             z, n = self._background(ids, valid)
-            p = normal_sf(z - self.params.null_margin)  # 1 − Φ(z − β), accurate in the tail
+            p = normal_sf(z, self.params.null_margin)  # 1 − Φ(z − β), accurate in the tail
             return SchemeScores(z, z, p, n, f"fixed-key background null, 1-Phi(z - {self.params.null_margin:g}) "
                                            f"(token prior: {self.prior_desc.get('source')})")
         h, n = self.sketch_ids(ids, valid)
