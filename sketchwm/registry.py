@@ -19,6 +19,7 @@ import pluggy
 from . import hookspecs
 from .components import Attack, Component, DLMBackend, ScoreFunction, Sketch, WatermarkScheme
 from .bench.metric import Metric
+from .context import BuildContext
 from .errors import RegistryError
 
 __all__ = ["get_plugin_manager", "Registry", "get_registry", "KINDS"]
@@ -112,8 +113,23 @@ class Registry:
             raise RegistryError(f"unknown {kind} '{name}'{hint} (registered: {', '.join(sorted(table)) or 'none'})")
         return table[name]
 
+    def build(self, kind: str, name: str, params: Any = None, context: BuildContext | None = None) -> Component:
+        """Build the component registered as ``name``: ``cls.from_context(params, context)``.
+
+        The one way sketchwm itself builds components: every kind receives the same
+        :class:`sketchwm.context.BuildContext` (this registry filled in as ``context.registry``), and
+        each kind's base class maps it onto its constructor (see :mod:`sketchwm.context`).
+
+        Raises:
+            RegistryError: unknown kind or name. ConfigError: bad params, or a context field the
+                component needs is missing.
+        """
+        cls = self.get(kind, name)
+        return cls.from_context(params, (context or BuildContext()).replace(registry=self))
+
     def create(self, kind: str, name: str, *args: Any, **kwargs: Any) -> Component:
-        """Instantiate ``get(kind, name)(*args, **kwargs)``."""
+        """``get(kind, name)(*args, **kwargs)``: the class's own constructor, arguments as it takes them
+        (scripts and tests that hold them all); the library builds through :meth:`build`."""
         return self.get(kind, name)(*args, **kwargs)
 
     def describe(self) -> dict[str, list[dict[str, str]]]:

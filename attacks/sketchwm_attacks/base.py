@@ -186,7 +186,7 @@ class TextAttack(Attack):
         if self._backend is None:
             from sketchwm.registry import get_registry
 
-            self._backend = get_registry().create("backend", "default")
+            self._backend = get_registry().build("backend", "default")
         return self._backend
 
     def _levenshtein_tokenizer(self) -> Any:

@@ -97,6 +97,7 @@ from pydantic import Field
 
 from sketchwm.components import DenoiseStep, SchemeScores, WatermarkScheme, distinct_token_sums, serial_on_cpu
 from sketchwm.config import ComponentSpec, StrictModel
+from sketchwm.context import BuildContext
 from sketchwm.errors import ConfigError, InputError
 from sketchwm.hookspecs import hookimpl
 from sketchwm.prf import keyed_signs
@@ -326,8 +327,9 @@ class GlobalSketchScheme(WatermarkScheme):
         self.prior_fingerprint = self.prior_desc.get("sha256", "uniform")[:16]
         k_sk, k_dir = key.subkey("k_sk"), key.subkey("k_dir")
         self._dir_seed = k_dir.seed("direction")
-        self.sketch = reg.create("sketch", p.sketch.name, p.sketch.params, k_sk, self.vocab_size, prior, self.device)
-        self.score_fn = reg.create("score", p.score.name, p.score.params, self.sketch.dim, self.sketch.width)
+        ctx = BuildContext(key=k_sk, vocab_size=self.vocab_size, device=self.device, token_prior=prior)
+        self.sketch = reg.build("sketch", p.sketch.name, p.sketch.params, ctx)
+        self.score_fn = reg.build("score", p.score.name, p.score.params, ctx.replace(sketch=self.sketch))
         self.u = self.directions(torch.tensor([p.direction_index]))[0]  # (D,)
         self._n_total: int | None = None
         presence = getattr(self.sketch, "counting", "count") == "presence"
@@ -342,6 +344,14 @@ class GlobalSketchScheme(WatermarkScheme):
         pi = pi.clamp(min=0.5 / float(prior.sum()) if prior is not None else 0.0, max=1 - 1e-9)  # unseen tokens: ½ count
         self._log1m_pi = torch.log1p(-pi).to(self.device)  # (V,) float64
         self._c_u: torch.Tensor | None = None  # (V,) float64 ⟨u, φ(v)⟩, built on first detection
+
+    @classmethod
+    def from_context(cls, params: Any, context: BuildContext) -> "GlobalSketchScheme":
+        """As :meth:`WatermarkScheme.from_context`, and the sketch and score are built through the
+        context's ``registry``; the token prior is checked against its ``tokenizer_fingerprint``."""
+        return cls(params, context.require("key", cls._who()), context.require("vocab_size", cls._who()),
+                   device=context.device, registry=context.registry,
+                   tokenizer_fingerprint=context.tokenizer_fingerprint)
 
     # ------------------------------------------------------------------ keys
     def directions(self, indices: torch.Tensor) -> torch.Tensor:
