@@ -25,7 +25,7 @@ from .engine import GenerationOutput, MaskedDiffusionSampler
 from .errors import ConfigError, InputError
 from .keys import WatermarkKey
 
-__all__ = ["WatermarkConfig", "Watermarker", "keygen", "generate", "detect", "calibrate", "concat_outputs", "estimate_token_prior"]
+__all__ = ["WatermarkConfig", "Watermarker", "keygen", "generate", "detect", "calibrate", "concat_outputs"]
 
 
 class WatermarkConfig(StrictModel):
@@ -279,29 +279,6 @@ class Watermarker:
             else:
                 id_lists = det.tokenize(texts)
         return _calibrate(det, id_lists, model_id or self.backend.model_id, alpha=alpha, source=source, **kwargs)
-
-
-def estimate_token_prior(
-    watermarker: "Watermarker", prompts: Sequence[str], path: str | os.PathLike, seed: int = 0, **sampler_overrides: Any
-) -> dict[str, Any]:
-    """Estimate π_tok from unwatermarked samples of the model and save the counts (paper eq. 4).
-
-    See :mod:`sketchwm.token_prior` (``estimate_from_samples``, ``estimate_from_corpus``).
-
-    Args:
-        watermarker: supplies the backend and sampler settings.
-        prompts: prompts to sample from (one sample each).
-        path: where to write the counts (``.npz`` with provenance, or ``.npy``: V float64 raw counts).
-
-    Returns:
-        the ``prior`` spec for :class:`GlobalSketchParams`:
-        ``{"source": "file", "path", "sha256", "vocab_size", "tokenizer"}``.
-    """
-    from .token_prior import estimate_from_samples
-
-    prior = estimate_from_samples(watermarker, prompts, seed=seed, **sampler_overrides)
-    prior.save(path)
-    return prior.spec(path)
 
 
 def keygen(path: str | os.PathLike, overwrite: bool = False) -> WatermarkKey:

@@ -1,4 +1,4 @@
-"""The plugin manager factory and the component registry.
+"""The component registry (and, re-exported from :mod:`sketchwm.plugin_index`, the plugin manager factory).
 
 ``get_plugin_manager()`` builds a fresh :class:`pluggy.PluginManager` loaded from the ``sketchwm``
 entry-point group (or from explicitly given entry points, for tests). :class:`Registry` collects
@@ -9,22 +9,18 @@ with "did you mean" suggestions.
 from __future__ import annotations
 
 import difflib
-import importlib
-import importlib.metadata
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any
 
 import pluggy
 
-from . import hookspecs
 from .components import Attack, Component, DLMBackend, ScoreFunction, Sketch, WatermarkScheme
 from .bench.metric import Metric
 from .context import BuildContext
 from .errors import RegistryError
+from .plugin_index import ENTRY_POINT_GROUP, get_plugin_manager
 
-__all__ = ["get_plugin_manager", "Registry", "get_registry", "KINDS"]
-
-ENTRY_POINT_GROUP = "sketchwm"
+__all__ = ["get_plugin_manager", "Registry", "get_registry", "KINDS", "ENTRY_POINT_GROUP"]
 
 #: kind → (hook name, required base class)
 KINDS: dict[str, tuple[str, type[Component]]] = {
@@ -35,35 +31,6 @@ KINDS: dict[str, tuple[str, type[Component]]] = {
     "attack": ("sketchwm_register_attacks", Attack),
     "metric": ("sketchwm_register_metrics", Metric),
 }
-
-
-def get_plugin_manager(entry_points: Iterable[Any] | None = None, extra_plugins: Iterable[Any] = ()) -> pluggy.PluginManager:
-    """A new plugin manager with the sketchwm hookspecs and plugins.
-
-    Args:
-        entry_points: objects with ``.name`` and ``.load()`` (``importlib.metadata.EntryPoint`` or
-            fakes). None means the installed ``sketchwm`` entry-point group.
-        extra_plugins: modules or objects to register directly (after the entry points).
-
-    Raises:
-        RegistryError: an entry point fails to import.
-    """
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    if entry_points is None:
-        entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-    for ep in entry_points:
-        try:
-            plugin = ep.load()
-        except Exception as exc:  # noqa: BLE001 - report which plugin broke
-            raise RegistryError(f"failed to load sketchwm plugin entry point '{ep.name}': {exc}") from exc
-        if pm.is_registered(plugin):
-            continue
-        pm.register(plugin, name=ep.name)
-    for plugin in extra_plugins:
-        if not pm.is_registered(plugin):
-            pm.register(plugin)
-    return pm
 
 
 class Registry:

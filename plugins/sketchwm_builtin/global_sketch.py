@@ -102,6 +102,8 @@ from sketchwm.errors import ConfigError, InputError
 from sketchwm.hookspecs import hookimpl
 from sketchwm.prf import keyed_signs
 
+from .cli import sketchwm_register_commands  # noqa: F401 - `sketchwm prior`, added through the hook
+
 __all__ = ["GlobalSketchScheme", "GlobalSketchParams", "PriorSpec", "Attribution", "resolve_prior"]
 
 
@@ -112,7 +114,7 @@ class PriorSpec(StrictModel):
         source: ``auto`` (the packaged training-corpus counts when they belong to the backend's
             vocabulary and tokenizer, else uniform with a warning), ``packaged`` (named counts shipped
             with sketchwm; an error when they do not belong to the backend), ``file`` (a prior saved
-            by :class:`sketchwm.token_prior.TokenPrior`, or a ``.npy``/``.pt`` of V counts),
+            by :class:`sketchwm_builtin.token_prior.TokenPrior`, or a ``.npy``/``.pt`` of V counts),
             ``uniform`` (no balancing; the background null then assumes uniform token frequencies).
         name: packaged counts name (``source="packaged"``).
         path: counts file (``source="file"``).
@@ -199,7 +201,7 @@ def resolve_prior(spec: PriorSpec, vocab_size: int,
         else:
             desc["tokenizer"] = _packaged_tokenizer_fingerprint()
     elif spec.source == "file":
-        from sketchwm.token_prior import TokenPrior
+        from .token_prior import TokenPrior
 
         loaded = TokenPrior.load(spec.path)
         counts = loaded.counts
@@ -210,7 +212,7 @@ def resolve_prior(spec: PriorSpec, vocab_size: int,
                               f"{spec.tokenizer or tok}")
         desc.update(path=spec.path, tokenizer=loaded.tokenizer or spec.tokenizer)
     if counts is not None:
-        from sketchwm.token_prior import counts_sha256
+        from .token_prior import counts_sha256
 
         digest = counts_sha256(counts)
         if spec.sha256 and spec.sha256 != digest:
