@@ -98,7 +98,8 @@ class Component(ABC):
         return cls(params, **dict(context.resources))
 
     @classmethod
-    def _who(cls) -> str:
+    def display_name(cls) -> str:
+        """``"<kind> '<name>'"`` (e.g. ``scheme 'global-sketch'``), for messages."""
         return f"{cls.kind} '{cls.name}'"
 
 
@@ -253,7 +254,7 @@ class Sketch(Component):
     @classmethod
     def from_context(cls, params: Any, context: Any) -> "Sketch":
         """``cls(params, key, vocab_size, token_prior, device)`` from the context (key and V required)."""
-        return cls(params, context.require("key", cls._who()), context.require("vocab_size", cls._who()),
+        return cls(params, context.require("key", cls.display_name()), context.require("vocab_size", cls.display_name()),
                    context.token_prior, context.device, **dict(context.resources))
 
     @property
@@ -556,7 +557,7 @@ class ScoreFunction(Component):
     @classmethod
     def from_context(cls, params: Any, context: Any) -> "ScoreFunction":
         """``cls(params, D, w)`` with D and w read from the context's ``sketch`` (required)."""
-        sketch = context.require("sketch", cls._who())
+        sketch = context.require("sketch", cls.display_name())
         return cls(params, sketch.dim, sketch.width, **dict(context.resources))
 
     @abstractmethod
@@ -778,7 +779,7 @@ class WatermarkScheme(Component):
     @classmethod
     def from_context(cls, params: Any, context: Any) -> "WatermarkScheme":
         """``cls(params, key, vocab_size, device=device)`` from the context (key and V required)."""
-        return cls(params, context.require("key", cls._who()), context.require("vocab_size", cls._who()),
+        return cls(params, context.require("key", cls.display_name()), context.require("vocab_size", cls.display_name()),
                    device=context.device, **dict(context.resources))
 
     #: The id that ends a text (the backend's EOS when the sampler cuts texts there), or None: set

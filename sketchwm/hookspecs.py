@@ -1,7 +1,9 @@
 """Hook specifications of sketchwm (pluggy project name ``"sketchwm"``).
 
-Every hook is a *registration* hook: each implementation returns a list of component classes,
-and the registry concatenates the lists of all plugins (pluggy's default: a list of results).
+Every component hook is a *registration* hook: each implementation returns a list of component
+classes, and the registry concatenates the lists of all plugins (pluggy's default: a list of
+results). One hook adds to the command line instead: :func:`sketchwm_register_commands`, through
+which a plugin brings its own ``sketchwm`` sub-commands.
 Built-in components are registered exactly like third-party ones, through the entry-point group
 ``sketchwm`` in ``pyproject.toml``::
 

@@ -146,7 +146,7 @@ class ContextReader(Attack):
 
     @classmethod
     def from_context(cls, params, context):
-        return cls(params, vocab_size=context.require("vocab_size", cls._who()), **dict(context.resources))
+        return cls(params, vocab_size=context.require("vocab_size", cls.display_name()), **dict(context.resources))
 
     def apply(self, texts, strength, generator, *, token_ids=None, prompts=None):
         raise NotImplementedError

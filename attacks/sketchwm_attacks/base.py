@@ -362,9 +362,9 @@ class Pipeline(Attack):
             specs = [StageSpec(name=a.name, params=a.params.model_dump(mode="json")) for a in attacks]
             self.params = self.params.model_copy(update={"stages": specs})
         if not attacks:
-            raise ConfigError(f"{self._who()} needs at least one attack")
+            raise ConfigError(f"{self.display_name()} needs at least one attack")
         if [st.name for st in specs] != [a.name for a in attacks]:
-            raise ConfigError(f"{self._who()}: stages {[st.name for st in specs]} do not match the attacks given "
+            raise ConfigError(f"{self.display_name()}: stages {[st.name for st in specs]} do not match the attacks given "
                               f"{[a.name for a in attacks]}")
         self.attacks = attacks
         self.strengths = [st.strength for st in specs]
@@ -373,7 +373,7 @@ class Pipeline(Attack):
     def from_context(cls, params: Any, context: Any) -> "Pipeline":
         """Build the stages of ``params`` through the context's registry, with the same context."""
         p = cls.parse_params(params)
-        reg = context.require("registry", cls._who())
+        reg = context.require("registry", cls.display_name())
         attacks = [reg.build("attack", st.name, st.params, context) for st in p.stages]
         return cls(p, attacks=attacks)
 

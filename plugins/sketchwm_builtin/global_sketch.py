@@ -351,7 +351,7 @@ class GlobalSketchScheme(WatermarkScheme):
     def from_context(cls, params: Any, context: BuildContext) -> "GlobalSketchScheme":
         """As :meth:`WatermarkScheme.from_context`, and the sketch and score are built through the
         context's ``registry``; the token prior is checked against its ``tokenizer_fingerprint``."""
-        return cls(params, context.require("key", cls._who()), context.require("vocab_size", cls._who()),
+        return cls(params, context.require("key", cls.display_name()), context.require("vocab_size", cls.display_name()),
                    device=context.device, registry=context.registry,
                    tokenizer_fingerprint=context.tokenizer_fingerprint)
 
