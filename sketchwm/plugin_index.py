@@ -26,8 +26,6 @@ Cache directory: ``$SKETCHWM_CACHE_DIR``, else ``$XDG_CACHE_HOME/sketchwm``, els
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
-import importlib.util
 import json
 import os
 import sys
@@ -50,6 +48,8 @@ def cache_dir() -> Path:
 
 def _package_files(module: str) -> list[tuple[str, int, int]]:
     """(path, size, mtime_ns) of the ``.py`` files of ``module``'s top-level package (not imported)."""
+    import importlib.util
+
     top = module.split(".")[0]
     try:
         spec = importlib.util.find_spec(top)
@@ -74,6 +74,8 @@ def _package_files(module: str) -> list[tuple[str, int, int]]:
 def plugins_fingerprint() -> str:
     """SHA-256 (24 hex) of the sketchwm version, the entry points and their packages' files."""
     from . import __version__
+
+    import importlib.metadata
 
     eps = sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.name, e.value))
     parts: list[Any] = [__version__]
@@ -146,6 +148,8 @@ def get_plugin_manager(entry_points: Iterable[Any] | None = None, extra_plugins:
     pm = pluggy.PluginManager(hookspecs.PROJECT)
     pm.add_hookspecs(hookspecs)
     if entry_points is None:
+        import importlib.metadata
+
         entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
     for ep in entry_points:
         try:
@@ -220,8 +224,8 @@ def _call_command_hooks(pm: Any, subparsers: Any, parents: Sequence[Any]) -> dic
 
 
 def describe_commands(use_cache: bool = True) -> dict[str, dict[str, str]]:
-    """The plugins' sub-commands: ``{name: {"help": one line, "plugin": entry-point name}}``, from the
-    cache when valid (see module doc); a miss imports every plugin once.
+    """The plugins' sub-commands: ``{name: {"help": one line, "plugin": entry-point name, "target": its
+    module}}``, from the cache when valid (see module doc); a miss imports every plugin once.
 
     Raises:
         RegistryError: a plugin fails to load or adds a name already taken (never cached).
@@ -236,13 +240,17 @@ def describe_commands(use_cache: bool = True) -> dict[str, dict[str, str]]:
             pass
     import argparse
 
-    pm = get_plugin_manager()
+    import importlib.metadata
+
+    eps = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    pm = get_plugin_manager(eps)
+    targets = {ep.name: ep.value for ep in eps}
     sub = argparse.ArgumentParser(add_help=False).add_subparsers()
     for core in CORE_COMMANDS:  # a plugin may not take a core command's name
         sub.add_parser(core, add_help=False)
     owner = _call_command_hooks(pm, sub, [])
     helps = {a.dest: a.help or "" for a in sub._choices_actions}
-    commands = {c: {"help": helps.get(c, ""), "plugin": owner[c]} for c in sorted(owner)}
+    commands = {c: {"help": helps.get(c, ""), "plugin": owner[c], "target": targets[owner[c]]} for c in sorted(owner)}
     tops = {"sketchwm"} | {m.split(".")[0] for m in (getattr(p, "__name__", "") for p in pm.get_plugins()) if m}
     files = [f for top in sorted(tops) for f in _package_files(top) if f[1] >= 0]
     _write_cache(path, {"files": files, "commands": commands})
@@ -268,13 +276,31 @@ def add_plugin_commands(subparsers: Any, parents: Sequence[Any], command: str | 
     """
     listing = describe_commands() if all_commands or command not in CORE_COMMANDS else {}
     wanted = set(listing) if all_commands else {command} & set(listing)
-    eps = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-           if ep.name in {listing[c]["plugin"] for c in wanted}] if wanted else []
+    # the listing records each entry point's target: load it without reading every distribution's metadata
+    eps = list({listing[c]["plugin"]: _ListedEntryPoint(listing[c]["plugin"], listing[c]["target"])
+                for c in sorted(wanted)}.values())
     if eps or plugins:
         _call_command_hooks(get_plugin_manager(eps, extra_plugins=plugins), subparsers, parents)
     for name, info in listing.items():
         if name not in subparsers.choices:  # listed only: help text, no import
             subparsers.add_parser(name, help=info["help"], add_help=False).set_defaults(func=_unloaded(name, info))
+
+
+class _ListedEntryPoint:
+    """An entry point as the commands listing recorded it: ``name`` and ``target`` (``module`` or
+    ``module:attr``), loaded like :meth:`importlib.metadata.EntryPoint.load`."""
+
+    def __init__(self, name: str, target: str):
+        self.name, self.target = name, target
+
+    def load(self) -> Any:
+        import importlib
+
+        module, _, attr = self.target.partition(":")
+        obj: Any = importlib.import_module(module)
+        for part in filter(None, attr.split(".")):
+            obj = getattr(obj, part)
+        return obj
 
 
 def _unloaded(name: str, info: dict[str, str]) -> Any:

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 class FakeEntryPoint:
     def __init__(self, name, obj):
-        self.name, self.value, self._obj = name, f"fake_{name}", obj
+        self.name, self.value, self._obj = name, f"fake_{name}", obj  # value: the target module's name
 
     def load(self):
         return self._obj
@@ -61,20 +61,25 @@ def test_directly_registered_plugin_adds_a_subcommand_that_runs(capsys, tmp_path
 
 def test_fake_entry_point_command_is_listed_cached_and_loaded_alone(capsys, tmp_path, monkeypatch):
     monkeypatch.setenv("SKETCHWM_CACHE_DIR", str(tmp_path))
-    real = importlib.metadata.entry_points
+    import sys
+
+    from sketchwm import plugin_index
+
+    real, real_load = importlib.metadata.entry_points, plugin_index._ListedEntryPoint.load
     loaded = []
     plugin = make_command_plugin("greet")
-
-    class Tracking(FakeEntryPoint):
-        def load(self):
-            loaded.append(self.name)
-            return super().load()
+    monkeypatch.setitem(sys.modules, "fake_greeter", plugin)  # the fake entry point's target module
 
     def entry_points(**kw):
         eps = list(real(**kw))
-        return eps + [Tracking("greeter", plugin)] if kw.get("group") == "sketchwm" else eps
+        return eps + [FakeEntryPoint("greeter", plugin)] if kw.get("group") == "sketchwm" else eps
+
+    def tracking_load(self):
+        loaded.append(self.name)
+        return real_load(self)
 
     monkeypatch.setattr(importlib.metadata, "entry_points", entry_points)
+    monkeypatch.setattr(plugin_index._ListedEntryPoint, "load", tracking_load)
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     assert "greet" in out and "say hello (greet plugin)" in out and "attack" in out and "prior" in out
@@ -84,6 +89,7 @@ def test_fake_entry_point_command_is_listed_cached_and_loaded_alone(capsys, tmp_
     capsys.readouterr()
     assert main(["greet", "--times", "2"]) == 0 and loaded == ["greeter"]  # only the plugin adding `greet`
     assert capsys.readouterr().out.strip() == "hello hello"
+    assert main(["attack", "--help"]) == 0 and loaded == ["greeter", "attacks"]
 
 
 def test_a_command_name_already_taken_is_refused_in_one_line(capsys, tmp_path, monkeypatch):
@@ -192,3 +198,23 @@ def test_no_constructor_signature_inspection():
     found = [str(p) for d in ("sketchwm", "plugins", "attacks") for p in (ROOT / d).rglob("*.py")
              if "co_varnames" in p.read_text(encoding="utf-8")]
     assert found == []
+
+
+# ---------------------------------------------------------------- one prompt loader
+def test_load_prompts_one_loader_for_every_source(tmp_path):
+    from sketchwm.data import load, load_prompts
+    from sketchwm.testing import tiny_texts
+
+    shipped = load("prompts")
+    assert load_prompts("prompts", 5, offset=10) == shipped[10:15] and load_prompts("prompts") == shipped
+    assert load_prompts("tiny", 3, seed=4) == tiny_texts(3, 6, 4, punct=False)
+    plain, jsonl = tmp_path / "p.txt", tmp_path / "p.jsonl"
+    plain.write_text("first prompt\n\n second prompt \n")
+    jsonl.write_text('{"prompt": "a"}\n{"text": "b"}\n')
+    assert load_prompts(str(plain)) == ["first prompt", "second prompt"] and load_prompts(str(jsonl)) == ["a", "b"]
+    assert load_prompts(str(plain), 1, offset=1) == ["second prompt"]
+    for bad, match in (({"source": "promts"}, "neither a shipped set"), ({"source": str(plain), "n": 3}, "only 2 prompts"),
+                       ({"source": "prompts", "n": 0}, "n >= 1"), ({"source": "tiny"}, "give their number"),
+                       ({"source": "prompts", "offset": len(shipped)}, "requested")):
+        with pytest.raises(InputError, match=match):
+            load_prompts(**bad)
