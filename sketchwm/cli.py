@@ -368,7 +368,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    from .plugin_index import describe_plugins
+    from .plugin_index import describe_commands, describe_plugins
 
     desc = describe_plugins(use_cache=not args.no_cache)
     if args.json:
@@ -378,6 +378,9 @@ def cmd_plugins(args: argparse.Namespace) -> int:
             print(f"{kind}:")
             for it in items:
                 print(f"  {it['name']:<18} {it['summary']}")
+        print("commands (hook sketchwm_register_commands):")
+        for name, info in describe_commands(use_cache=not args.no_cache).items():
+            print(f"  {name:<18} {info['help']} [plugin {info['plugin']}]")
     return 0
 
 
