@@ -430,7 +430,8 @@ def build_parser(argv: Sequence[str] | None = None, plugins: Sequence[Any] = ())
     g = add("generate", help="generate (watermarked) text → JSONL")
     _add_key_args(g)
     g.add_argument("--prompt", action="append", help="a prompt (repeatable)")
-    g.add_argument("--prompts", help="file with one prompt per line (or JSONL with 'prompt'); - for stdin")
+    g.add_argument("--prompts", help="file with one prompt per line (or JSONL with 'prompt'); - for stdin; or a "
+                                     "shipped set: prompts, human (sketchwm.data.load_prompts)")
     g.add_argument("--out", default="-", help="output JSONL (default stdout); written atomically")
     g.add_argument("--append", action="store_true", help="add the new records after those already in --out "
                                                          "(still one atomic replace)")

@@ -174,7 +174,10 @@ def _paths_key() -> str:
     working directory's: writing an output there must not invalidate the listing)."""
     from . import __version__
 
-    cwd = os.getcwd()
+    try:
+        cwd = os.getcwd()
+    except OSError:  # a removed working directory
+        cwd = ""
     parts: list[Any] = [__version__]
     for entry in sys.path:
         path = os.path.abspath(entry or ".")

@@ -111,7 +111,7 @@ def load_prompts(source: str = "prompts", n: int | None = None, offset: int = 0,
 
     Args:
         source: a shipped set (``"prompts"``, ``"human"``, a ``HELDOUT_NAMES`` entry: texts in their
-            fixed shuffled order), ``"tiny"`` (``offset + n`` strings of 6 words of the tiny test
+            fixed shuffled order; a name wins over a file of that name in the working directory), ``"tiny"`` (``offset + n`` strings of 6 words of the tiny test
             vocabulary, drawn with ``seed``; ``n`` required), or a path: one prompt a line, or JSONL
             with a ``prompt`` or ``text`` field per record; ``-`` reads stdin.
         n: how many prompts (>= 1), or None for all.
@@ -137,13 +137,13 @@ def load_prompts(source: str = "prompts", n: int | None = None, offset: int = 0,
             pool = load(source)
         except FileNotFoundError as exc:
             raise InputError(str(exc)) from None
-    elif source == "-" or Path(source).is_file():
+    else:
+        if source != "-" and not Path(source).exists():
+            raise InputError(f"prompt source {source!r} is neither a shipped set ({', '.join(NAMES + HELDOUT_NAMES)}), "
+                             "'tiny', nor an existing file")
         from ..io import read_lines
 
-        pool = read_lines(source)
-    else:
-        raise InputError(f"prompt source {source!r} is neither a shipped set ({', '.join(NAMES + HELDOUT_NAMES)}), "
-                         "'tiny', nor an existing file")
+        pool = read_lines(source)  # a directory, unreadable or non-UTF-8 file: InputError naming it
     end = len(pool) if n is None else offset + n
     if end > len(pool) or offset >= len(pool):
         raise InputError(f"only {len(pool)} prompts in {source!r}, {max(end, offset + 1)} requested")
