@@ -72,15 +72,11 @@ def cmd_prior_estimate(args: argparse.Namespace) -> int:
 
 
 def add_prior_command(subparsers: Any, parents: "list[argparse.ArgumentParser] | tuple" = ()) -> argparse.ArgumentParser:
-    """Add ``prior estimate`` to an argparse ``subparsers`` object; returns the ``prior`` parser.
-
-    Args:
-        subparsers: the main parser's subparsers action.
-        parents: options every sub-command shares (``--debug``).
-    """
+    """Add ``prior estimate`` (``subparsers`` and ``parents`` as in the hook ``sketchwm_register_commands``);
+    returns the ``prior`` parser."""
     from sketchwm.cli import add_config_args, nonneg_int, positive_int
 
-    parents = list(parents)
+    parents = list(parents)  # nested parsers share the --debug option too
     p = subparsers.add_parser("prior", parents=parents, help="token prior for another model's vocabulary (sign balancing, null)")
     sub = p.add_subparsers(dest="prior_command", required=True, help="estimate: count tokens of samples or a corpus")
     e = sub.add_parser("estimate", parents=parents, help="estimate the token prior from unwatermarked samples or a corpus",
