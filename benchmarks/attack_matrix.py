@@ -166,16 +166,14 @@ def run(args: argparse.Namespace) -> list[dict]:
         attacks = []
     if args.quick and not args.attacks:
         attacks = [a for a in attacks if a not in HEAVY_ATTACKS]
-    try:
-        from sketchwm.data import load
+    from sketchwm.data import load_prompts
 
-        prompts_all = load("prompts")
-    except Exception:  # noqa: BLE001 - the tiny smoke run has no shipped prompts to rely on
-        prompts_all = [f"prompt number {i} :" for i in range(5000)]
-    if backend.model_id.startswith("tiny"):
+    if backend.model_id.startswith("tiny"):  # the tiny smoke run: prompts in the tiny model's vocabulary
         from sketchwm.testing import TINY_WORDS
 
         prompts_all = [" ".join(TINY_WORDS[(i + j) % len(TINY_WORDS)] for j in range(6)) for i in range(5000)]
+    else:
+        prompts_all = load_prompts("prompts")
     g = torch.Generator().manual_seed(args.seed)
     order = torch.randperm(len(prompts_all), generator=g).tolist()
     prompts_all = [prompts_all[i] for i in order]

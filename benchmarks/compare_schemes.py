@@ -34,7 +34,6 @@ import argparse
 import csv
 import hashlib
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -43,6 +42,7 @@ from typing import Any
 import torch
 
 from sketchwm.config import config_hash
+from sketchwm.data import load_prompts
 from sketchwm.engine import MaskedDiffusionSampler
 from sketchwm.keys import WatermarkKey
 from sketchwm.quality import repetition_report
@@ -57,20 +57,6 @@ METRICS: dict[str, bool] = {
     "seq_rep_4": False, "detect_texts_per_s": True,
     "gen_s_per_text": False,
 }
-
-
-def load_prompts(n: int) -> tuple[list[str], str]:
-    """The first ``n`` shipped prompts (``sketchwm.data.load("prompts")``), else a small built-in list."""
-    try:
-        from sketchwm.data import load
-
-        prompts = list(load("prompts"))
-        source = "sketchwm.data:prompts"
-    except (ImportError, ValueError, FileNotFoundError, OSError):
-        prompts = ["the water", "in the beginning", "a man said", "the first day of", "people like to"]
-        source = "fallback"
-    reps = math.ceil(n / len(prompts))
-    return (prompts * reps)[:n], source
 
 
 def generate(backend, cfg: dict, scheme, prompts: list[str], batch_size: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, list[str], float]:
@@ -139,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.block_length:
         cfg["block_length"] = args.block_length
     sampler_cfg = MaskedDiffusionSampler(backend, cfg).config.model_dump()
-    prompts, prompt_source = load_prompts(args.n_prompts)
+    prompt_source = "sketchwm.data:prompts"
+    prompts = load_prompts("prompts", args.n_prompts)
     key = WatermarkKey(hashlib.sha256(f"sketchwm/benchmarks/compare_schemes/{args.seed}".encode()).digest())
     try:
         import importlib.metadata

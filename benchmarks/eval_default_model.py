@@ -42,7 +42,7 @@ for p in (ROOT, ROOT / "plugins"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from sketchwm.data import load, load_records  # noqa: E402
+from sketchwm.data import load_prompts, load_records  # noqa: E402
 from sketchwm.default_model import (  # noqa: E402
     BANNED_TOKEN_IDS,
     MASK_TOKEN_ID,
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> dict:
     res.update(top_token_share=round(share, 4), distinct2=round(d2, 4))
     print(f"[eval] median top-token share {share:.4f} (<= 0.10), median distinct-2 {d2:.4f} (>= 0.70)")
     texts = [tok.decode(s, skip_special_tokens=True) for s in samples]
-    prompts = load("prompts")[:5]
+    prompts = load_prompts("prompts", 5)
     prompted = gen(prompts, g)
     ptexts = [tok.decode(s, skip_special_tokens=True) for s in prompted]
     for i in range(3):

@@ -45,13 +45,13 @@ def main(argv: list[str] | None = None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     from sketchwm.api import Watermarker
-    from sketchwm.demo import demo_prompts
+    from sketchwm.data import load_prompts
     from sketchwm.keys import WatermarkKey
     from sketchwm.registry import get_registry
 
     t0 = time.perf_counter()
-    prompts = demo_prompts(args.n_texts)
-    null_prompts = demo_prompts(args.n_null, offset=args.n_texts)
+    prompts = load_prompts("prompts", args.n_texts)
+    null_prompts = load_prompts("prompts", args.n_null, offset=args.n_texts)
     keys = [WatermarkKey(hashlib.sha256(f"flood-per-key/{args.seed}/{i}".encode()).digest()) for i in range(args.n_keys)]
     base = Watermarker(keys[0])
     null = base.generate(null_prompts, seed=args.seed + 1, watermark=False, batch_size=args.batch_size)

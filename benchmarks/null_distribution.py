@@ -21,7 +21,8 @@ import torch
 
 from sketchwm.api import Watermarker
 from sketchwm.data import load
-from sketchwm.demo import DEMO_KEY, demo_prompts
+from sketchwm.data import load_prompts
+from sketchwm.demo import DEMO_KEY
 from sketchwm.keys import WatermarkKey
 
 
@@ -48,7 +49,7 @@ def main() -> None:
     tok = base.backend.tokenizer
     ids_a = [tok.encode(t, add_special_tokens=False) for t in set_a]
     ids_b = [tok.encode(t, add_special_tokens=False) for t in set_b]
-    prompts = demo_prompts(args.n_model, offset=100)
+    prompts = load_prompts("prompts", args.n_model, offset=100)
     samples = base.generate(prompts, seed=args.seed + 7, watermark=False, batch_size=50, progress=True, gen_length=args.gen_length)
     ids_m = samples.token_lists()
 

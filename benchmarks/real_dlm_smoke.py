@@ -47,13 +47,11 @@ from sketchwm.keys import WatermarkKey  # noqa: E402
 
 def prompts_for(n: int, seed: int, standin: bool) -> list[str]:
     """``n`` prompts: word strings over the stand-in vocabulary, or openings of shipped prompts."""
+    from sketchwm.data import load_prompts
+
     if standin:
-        from sketchwm.testing import tiny_texts
-
-        return tiny_texts(n, 6, seed, punct=False)
-    from sketchwm.data import load
-
-    pool = load("prompts")
+        return load_prompts("tiny", n, seed=seed)
+    pool = load_prompts("prompts")
     return [pool[(seed * 7919 + i) % len(pool)] for i in range(n)]
 
 

@@ -18,7 +18,7 @@ import json
 
 import torch
 
-from sketchwm.data import load
+from sketchwm.data import load_prompts
 from sketchwm.engine import MaskedDiffusionSampler
 from sketchwm.keys import WatermarkKey
 from sketchwm.registry import get_registry
@@ -70,7 +70,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     backend = get_registry().create("backend", "default")
     key = WatermarkKey(b"sketchwm/benchmarks/tilt_probe/key")
-    prompts = list(load("prompts"))[: args.n_prompts]
+    prompts = load_prompts("prompts", args.n_prompts)
     print(f"{'scheme and params':70s}{'KL(p~||p)':>11s}{'Var_p(shift)':>14s}{'sd over V':>11s}")
     out = []
     for name, params in json.loads(args.settings):

@@ -54,11 +54,11 @@ def main(argv: list[str] | None = None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     from sketchwm.api import Watermarker
-    from sketchwm.demo import demo_prompts
+    from sketchwm.data import load_prompts
     from sketchwm.keys import WatermarkKey
 
     t0 = time.perf_counter()
-    prompts = demo_prompts(args.n_texts)
+    prompts = load_prompts("prompts", args.n_texts)
     key = WatermarkKey(hashlib.sha256(f"tokens-to-detect/{args.seed}".encode()).digest())
     rows = []
     for tag in args.schemes:

@@ -17,7 +17,8 @@ import statistics
 import time
 
 from sketchwm.api import Watermarker
-from sketchwm.demo import DEMO_KEY, demo_prompts
+from sketchwm.data import load_prompts
+from sketchwm.demo import DEMO_KEY
 
 
 def main() -> None:
@@ -26,7 +27,7 @@ def main() -> None:
     ap.add_argument("--grid", default="0.5:0.25,0.5:1.0,1.0:0.25,1.0:1.0,2.0:1.0", help="comma-separated delta:gamma pairs")
     ap.add_argument("--no-oracle", action="store_true")
     args = ap.parse_args()
-    prompts = demo_prompts(args.n_prompts)
+    prompts = load_prompts("prompts", args.n_prompts)
     base = Watermarker(DEMO_KEY)
     texts = {"unwatermarked": base.generate(prompts, seed=0, watermark=False, batch_size=args.n_prompts).texts}
     res: dict = {"unwatermarked": {}}

@@ -19,12 +19,13 @@ import torch
 
 from .components import DLMBackend, WatermarkScheme
 from .config import ComponentSpec, StrictModel, validate_params
+from .context import BuildContext
 from .detection import Calibration, DetectionResult, Detector, calibrate as _calibrate
 from .engine import GenerationOutput, MaskedDiffusionSampler
 from .errors import ConfigError, InputError
 from .keys import WatermarkKey
 
-__all__ = ["WatermarkConfig", "Watermarker", "keygen", "generate", "detect", "calibrate", "concat_outputs", "estimate_token_prior"]
+__all__ = ["WatermarkConfig", "Watermarker", "keygen", "generate", "detect", "calibrate", "concat_outputs"]
 
 
 class WatermarkConfig(StrictModel):
@@ -131,8 +132,8 @@ class Watermarker:
             raise ConfigError("from_model needs a loaded model (callable) and its tokenizer")
         registry = registry or get_registry()
         name = cls.MODEL_KINDS.get(kind, kind)
-        backend_cls = registry.get("backend", name)
-        backend = backend_cls(backend_params, model=model, tokenizer=tokenizer)
+        backend = registry.build("backend", name, backend_params,
+                                 BuildContext(resources={"model": model, "tokenizer": tokenizer}))
         cfg = validate_params(WatermarkConfig, config, "watermark config")
         cfg = cfg.model_copy(update={"backend": ComponentSpec(name=name, params=backend_params)})
         return cls(key, cfg, backend=backend, registry=registry)
@@ -145,7 +146,7 @@ class Watermarker:
         """The DLM backend (loaded on first use)."""
         if self._backend is None:
             spec = self.config.backend
-            self._backend = self.registry.create("backend", spec.name, spec.params)
+            self._backend = self.registry.build("backend", spec.name, spec.params)
         return self._backend
 
     @property
@@ -153,12 +154,9 @@ class Watermarker:
         """The keyed watermark scheme (built on first use, on the backend's device)."""
         if self._scheme is None:
             spec = self.config.scheme
-            cls = self.registry.get("scheme", spec.name)
-            names = cls.__init__.__code__.co_varnames
-            kwargs = {"registry": self.registry} if "registry" in names else {}
-            if "tokenizer_fingerprint" in names:  # the token prior must belong to this tokenizer
-                kwargs["tokenizer_fingerprint"] = self.backend.tokenizer_fingerprint
-            self._scheme = cls(spec.params, self.key, self.backend.vocab_size, device=self.backend.device, **kwargs)
+            # the scheme's key, V, device and tokenizer (a token prior must belong to it) come from the backend
+            self._scheme = self.registry.build("scheme", spec.name, spec.params,
+                                               BuildContext.for_backend(self.backend, key=self.key))
         return self._scheme
 
     def sampler(self, watermark: bool = True, **overrides: Any) -> MaskedDiffusionSampler:
@@ -281,29 +279,6 @@ class Watermarker:
             else:
                 id_lists = det.tokenize(texts)
         return _calibrate(det, id_lists, model_id or self.backend.model_id, alpha=alpha, source=source, **kwargs)
-
-
-def estimate_token_prior(
-    watermarker: "Watermarker", prompts: Sequence[str], path: str | os.PathLike, seed: int = 0, **sampler_overrides: Any
-) -> dict[str, Any]:
-    """Estimate π_tok from unwatermarked samples of the model and save the counts (paper eq. 4).
-
-    See :mod:`sketchwm.token_prior` (``estimate_from_samples``, ``estimate_from_corpus``).
-
-    Args:
-        watermarker: supplies the backend and sampler settings.
-        prompts: prompts to sample from (one sample each).
-        path: where to write the counts (``.npz`` with provenance, or ``.npy``: V float64 raw counts).
-
-    Returns:
-        the ``prior`` spec for :class:`GlobalSketchParams`:
-        ``{"source": "file", "path", "sha256", "vocab_size", "tokenizer"}``.
-    """
-    from .token_prior import estimate_from_samples
-
-    prior = estimate_from_samples(watermarker, prompts, seed=seed, **sampler_overrides)
-    prior.save(path)
-    return prior.spec(path)
 
 
 def keygen(path: str | os.PathLike, overwrite: bool = False) -> WatermarkKey:

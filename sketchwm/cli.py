@@ -1,4 +1,4 @@
-"""Command-line interface: ``sketchwm keygen | generate | detect | calibrate | plugins | demo | attack | prior``.
+"""Command-line interface: ``sketchwm keygen | generate | detect | calibrate | plugins | demo``, and the plugins' commands.
 
 One error path (:func:`main`): a failure caused by the user's input, files or environment prints
 one line on stderr (``sketchwm: error: <problem>: <fix>``) and exits with status 2, without a
@@ -8,7 +8,10 @@ interrupt never truncates an existing file. Keys are read from a file (``--key``
 environment (``$SKETCHWM_KEY_FILE``, ``$SKETCHWM_KEY``), never from a secret on the command line.
 
 Adding a sub-command: write ``cmd_x(args) -> int`` and add a parser for it in :func:`build_parser`
-(``sub.add_parser(...)``, ``set_defaults(func=cmd_x)``); the error path comes for free.
+(``sub.add_parser(...)``, ``set_defaults(func=cmd_x)``); the error path comes for free. A plugin adds
+its own (``sketchwm attack`` from the attack suite, ``sketchwm prior`` from the global-sketch plugin,
+``sketchwm bench``/``leaderboard`` from the benchmark harness) through the hook
+``sketchwm_register_commands`` (:mod:`sketchwm.hookspecs`).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ from typing import Any, NoReturn, Sequence
 
 from .errors import InputError, SketchwmError
 
-__all__ = ["main", "build_parser", "positive_int", "nonneg_int", "finite_float", "nonneg_float", "probability"]
+__all__ = ["main", "build_parser", "positive_int", "nonneg_int", "finite_float", "nonneg_float", "probability",
+           "add_config_args", "config_from_args"]
 
 
 # ---------------------------------------------------------------- argument types (argparse: bad value → exit 2)
@@ -93,7 +97,9 @@ def _add_key_args(p: argparse.ArgumentParser, required_help: str = "") -> None:
                    help="accept a key file that the group or others can read (refused by default, as ssh does)")
 
 
-def _add_config_args(p: argparse.ArgumentParser) -> None:
+def add_config_args(p: argparse.ArgumentParser) -> None:
+    """Add ``--config``, ``--scheme``, ``--scheme-params``, ``--backend``, ``--backend-params``, ``--device``
+    (read back with :func:`config_from_args`)."""
     p.add_argument("--config", help="JSON file with {scheme, backend, sampler} (see WatermarkConfig); for detect it "
                                     "overrides, on purpose, the configuration recorded in the input")
     p.add_argument("--scheme", help="registered scheme name (default: global-sketch)")
@@ -115,7 +121,12 @@ def _key(args: argparse.Namespace):
                              allow_insecure=getattr(args, "insecure_key_permissions", False) or None)
 
 
-def _config(args: argparse.Namespace) -> dict[str, Any]:
+def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The configuration dict (``scheme``, ``backend``, ...) given by the options of :func:`add_config_args`.
+
+    Raises:
+        InputError: an unreadable ``--config`` file or bad JSON in a ``--*-params`` option.
+    """
     from .io import read_json_arg
 
     cfg: dict[str, Any] = read_json_arg("@" + args.config, "--config") if getattr(args, "config", None) else {}
@@ -135,7 +146,7 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
 def _watermarker(args: argparse.Namespace, config: dict[str, Any] | None = None):
     from .api import Watermarker
 
-    return Watermarker(_key(args), _config(args) if config is None else config)
+    return Watermarker(_key(args), config_from_args(args) if config is None else config)
 
 
 def _now() -> str:
@@ -152,13 +163,14 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from .io import check_output_path, read_lines, write_jsonl_atomic
+    from .data import load_prompts
+    from .io import check_output_path, write_jsonl_atomic
 
     if args.out != "-":
         check_output_path(args.out)  # before loading a model
     prompts = list(args.prompt or [])
     if args.prompts:
-        prompts += read_lines(args.prompts)
+        prompts += load_prompts(args.prompts)
     if not prompts:
         raise InputError("no prompts: pass --prompt TEXT or --prompts FILE")
     wm = _watermarker(args)
@@ -221,10 +233,10 @@ def _detect_config(args: argparse.Namespace, recs: list[dict[str, Any]]) -> tupl
         InputError: a contradiction (names the field) or records with mixed configurations.
     """
     if args.config:
-        return _config(args), "--config"
+        return config_from_args(args), "--config"
     recorded = _recorded_config(recs)
     if recorded is None:
-        return _config(args), "command line"
+        return config_from_args(args), "command line"
     from .io import read_json_arg
     from .registry import get_registry
 
@@ -330,7 +342,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from .demo import demo_prompts
+    from .data import load_prompts
     from .io import check_output_path, read_texts
 
     check_output_path(args.out)
@@ -340,7 +352,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         source, model_id = f"{len(texts)} texts from {args.input}", args.model_id or "human"
         prov = wm.provenance(watermark=False, seeds={})
     else:
-        prompts = demo_prompts(args.n_samples, offset=args.prompt_offset)
+        prompts = load_prompts("prompts", args.n_samples, args.prompt_offset)
         over = {"gen_length": args.gen_length} if args.gen_length else {}
         prov = wm.provenance(watermark=False, seeds={"calibrate": args.seed}, **over)
         out = wm.generate(prompts, seed=args.seed, watermark=False, batch_size=args.batch_size,
@@ -356,7 +368,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    from .plugin_index import describe_plugins
+    from .plugin_index import describe_commands, describe_plugins
 
     desc = describe_plugins(use_cache=not args.no_cache)
     if args.json:
@@ -366,6 +378,9 @@ def cmd_plugins(args: argparse.Namespace) -> int:
             print(f"{kind}:")
             for it in items:
                 print(f"  {it['name']:<18} {it['summary']}")
+        print("commands (hook sketchwm_register_commands):")
+        for name, info in describe_commands(use_cache=not args.no_cache).items():
+            print(f"  {name:<18} {info['help']} [plugin {info['plugin']}]")
     return 0
 
 
@@ -374,15 +389,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     key = _key(args) if args.key else None
     res = run_demo(key=key, n_prompts=args.n_prompts, n_null=args.n_null, gen_length=args.gen_length, alpha=args.alpha,
-                   seed=args.seed, config=_config(args) or None, progress=_progress(args))
+                   seed=args.seed, config=config_from_args(args) or None, progress=_progress(args))
     print(format_table(res))
     if args.json:
         print(json.dumps(res))
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of the ``sketchwm`` command."""
+def build_parser(argv: Sequence[str] | None = None, plugins: Sequence[Any] = ()) -> argparse.ArgumentParser:
+    """The argparse parser of the ``sketchwm`` command.
+
+    Args:
+        argv: the command line it will parse: only the plugin adding its sub-command is imported
+            (others are listed from the cache of :func:`sketchwm.plugin_index.describe_commands`).
+            None: every plugin command is built (the full parser).
+        plugins: modules or objects implementing ``sketchwm_register_commands`` to register directly
+            (plugins under test; installed plugins come from the ``sketchwm`` entry points).
+
+    Raises:
+        RegistryError: a plugin fails to load or adds a sub-command whose name is taken.
+    """
     from . import __version__
 
     p = _Parser(prog="sketchwm", description="Global sketch watermarking for masked diffusion LMs.")
@@ -404,7 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = add("generate", help="generate (watermarked) text → JSONL")
     _add_key_args(g)
     g.add_argument("--prompt", action="append", help="a prompt (repeatable)")
-    g.add_argument("--prompts", help="file with one prompt per line (or JSONL with 'prompt'); - for stdin")
+    g.add_argument("--prompts", help="file with one prompt per line (or JSONL with 'prompt'); - for stdin; or a "
+                                     "shipped set: prompts, human (sketchwm.data.load_prompts)")
     g.add_argument("--out", default="-", help="output JSONL (default stdout); written atomically")
     g.add_argument("--append", action="store_true", help="add the new records after those already in --out "
                                                          "(still one atomic replace)")
@@ -417,7 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--remasking", choices=["low_confidence", "random", "entropy"], help="which masked positions to commit first")
     g.add_argument("--batch-size", type=positive_int, default=16, help="prompts per forward batch (default 16)")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
-    _add_config_args(g)
+    add_config_args(g)
     g.set_defaults(func=cmd_generate)
 
     d = add("detect", help="detect the watermark in text or JSONL")
@@ -431,7 +458,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     d.add_argument("--chunk-size", type=positive_int, default=4096,
                    help="texts read and detected at a time (large JSONL inputs stream in bounded memory)")
-    _add_config_args(d)
+    add_config_args(d)
     d.set_defaults(func=cmd_detect)
 
     c = add("calibrate", help="empirical thresholds from unwatermarked texts → JSON")
@@ -447,7 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--batch-size", type=positive_int, default=50, help="prompts per forward batch (default 50)")
     c.add_argument("--strict", action="store_true", help="fail if any text cannot be scored (default: leave it out)")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
-    _add_config_args(c)
+    add_config_args(c)
     c.set_defaults(func=cmd_calibrate)
 
     pl = add("plugins", help="list registered components by kind")
@@ -464,42 +491,44 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--seed", type=nonneg_int, default=0, help="seed of the sampler (default 0)")
     dm.add_argument("--json", action="store_true", help="print the figures as one JSON object on the last line")
     dm.add_argument("--quiet", action="store_true", help="no progress bar")
-    _add_config_args(dm)
+    add_config_args(dm)
     dm.set_defaults(func=cmd_demo)
 
-    from .cli_attack import add_attack_command
+    from .plugin_index import add_plugin_commands
 
-    add_attack_command(sub, parents=[common])
-    from .bench.cli import add_subparsers as add_bench_subparsers
-
-    add_bench_subparsers(sub, parents=[common])
-    from .cli_prior import add_prior_command
-
-    add_prior_command(sub, parents=[common])
+    # plugins add theirs through the hook sketchwm_register_commands (attack, bench, leaderboard, prior, ...)
+    add_plugin_commands(sub, [common], _command_word(argv), all_commands=argv is None, plugins=plugins)
     return p
+
+
+def _command_word(argv: Sequence[str] | None) -> str | None:
+    """The sub-command named on the command line (its first word that is not an option), or None."""
+    return next((a for a in argv or () if not a.startswith("-")), None)
 
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, plugins: Sequence[Any] = ()) -> int:
     """Entry point of the ``sketchwm`` console script; returns the exit status.
 
     0: success. 2: the user's input, files or environment (one line on stderr). 1: a bug (traceback).
-    130: interrupted (Ctrl-C); outputs are left as they were.
+    130: interrupted (Ctrl-C); outputs are left as they were. ``plugins``: as for :func:`build_parser`.
     """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # busy-waiting OpenMP threads starve a shared 2-core CPU
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, --version, usage errors (exit 2)
-        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
-    debug = bool(getattr(args, "debug", False))
-    try:
+        parser = build_parser(argv, plugins)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help, --version, usage errors (exit 2)
+            return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+        debug = bool(getattr(args, "debug", False))
         return int(args.func(args) or 0)
     except SketchwmError as exc:
         if debug:

@@ -83,6 +83,24 @@ class Component(ABC):
         """First line of the class docstring."""
         return (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
 
+    @classmethod
+    def from_context(cls, params: Any, context: Any) -> "Component":
+        """Build the component from its params and a :class:`sketchwm.context.BuildContext`.
+
+        :meth:`sketchwm.registry.Registry.build` calls this for every kind; each kind's base maps the
+        context onto its constructor (here: ``cls(params, **context.resources)``). Override it to
+        read more of the context.
+
+        Raises:
+            ConfigError: bad params, or a context field the kind needs is missing.
+        """
+        return cls(params, **dict(context.resources))
+
+    @classmethod
+    def display_name(cls) -> str:
+        """``"<kind> '<name>'"`` (e.g. ``scheme 'global-sketch'``), for messages."""
+        return f"{cls.kind} '{cls.name}'"
+
 
 # ============================================================================ sketches
 def sort_rows(ids: torch.Tensor) -> torch.Tensor:
@@ -231,6 +249,12 @@ class Sketch(Component):
         self.params = self.parse_params(params)
         self.vocab_size = int(vocab_size)
         self.device = torch.device(device)
+
+    @classmethod
+    def from_context(cls, params: Any, context: Any) -> "Sketch":
+        """``cls(params, key, vocab_size, token_prior, device)`` from the context (key and V required)."""
+        return cls(params, context.require("key", cls.display_name()), context.require("vocab_size", cls.display_name()),
+                   context.token_prior, context.device, **dict(context.resources))
 
     @property
     @abstractmethod
@@ -518,6 +542,12 @@ class ScoreFunction(Component):
         self.dim = int(dim)
         self.width = int(width)
 
+    @classmethod
+    def from_context(cls, params: Any, context: Any) -> "ScoreFunction":
+        """``cls(params, D, w)`` with D and w read from the context's ``sketch`` (required)."""
+        sketch = context.require("sketch", cls.display_name())
+        return cls(params, sketch.dim, sketch.width, **dict(context.resources))
+
     @abstractmethod
     def score(self, u: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
         """Statistic for direction u (D,) and sketches h (B, D) → (B,) float64."""
@@ -749,6 +779,12 @@ class WatermarkScheme(Component):
         self.vocab_size = int(vocab_size)
         self.device = torch.device(device)
 
+    @classmethod
+    def from_context(cls, params: Any, context: Any) -> "WatermarkScheme":
+        """``cls(params, key, vocab_size, device=device)`` from the context (key and V required)."""
+        return cls(params, context.require("key", cls.display_name()), context.require("vocab_size", cls.display_name()),
+                   device=context.device, **dict(context.resources))
+
     #: The id that ends a text (the backend's EOS when the sampler cuts texts there), or None: set
     #: by the engine through :meth:`set_stop_token` before :meth:`begin`.
     stop_token_id: int | None = None
@@ -856,6 +892,14 @@ class Attack(Component):
     def __init__(self, params=None, **resources: Any):
         self.params = self.parse_params(params)
         self.resources = resources
+
+    @classmethod
+    def from_context(cls, params: Any, context: Any) -> "Attack":
+        """``cls(params, **resources)``; the context's ``backend`` becomes the ``backend`` resource unless given."""
+        resources = dict(context.resources)
+        if context.backend is not None:
+            resources.setdefault("backend", context.backend)
+        return cls(params, **resources)
 
     @abstractmethod
     def apply(

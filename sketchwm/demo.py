@@ -18,39 +18,13 @@ from typing import Any
 import torch
 
 from .api import Watermarker
-from .errors import InputError
+from .data import load_prompts
 from .keys import WatermarkKey
 
-__all__ = ["demo_prompts", "run_demo", "format_table", "DEMO_KEY"]
+__all__ = ["run_demo", "format_table", "DEMO_KEY"]
 
 #: A PUBLIC key for reproducible demos only. Never use it to watermark real text.
 DEMO_KEY = WatermarkKey(b"sketchwm public demo key -- not a secret")
-
-_FALLBACK_PROMPTS = [
-    "The history of the old city begins", "When the rain stopped, the children", "A good teacher knows that",
-    "The river ran through the valley and", "In the morning the market was full of", "He opened the letter and read",
-    "The purpose of this function is to", "Scientists have long believed that", "The king said to his servants",
-    "After many years at sea, the captain", "The best way to learn a language is", "She looked out of the window at",
-]
-
-
-def demo_prompts(n: int, offset: int = 0) -> list[str]:
-    """``n`` prompts from the shipped test split, starting at ``offset`` (fallback: built-in list).
-
-    Raises:
-        InputError: not enough prompts.
-    """
-    try:
-        from .data import load
-
-        prompts = load("prompts")
-    except (ImportError, ValueError, OSError):
-        prompts = list(_FALLBACK_PROMPTS)
-        prompts = [p for _ in range((offset + n) // len(prompts) + 1) for p in prompts]
-    if len(prompts) < offset + n:
-        raise InputError(f"only {len(prompts)} prompts available, {offset + n} requested")
-    return prompts[offset : offset + n]
-
 
 def _rate(x: torch.Tensor) -> float:
     return float(x.double().mean()) if x.numel() else float("nan")
@@ -78,8 +52,8 @@ def run_demo(
     key = key or DEMO_KEY
     wm = watermarker or Watermarker(key, config)
     t0 = time.perf_counter()
-    prompts = demo_prompts(n_prompts)
-    null_prompts = demo_prompts(n_null, offset=n_prompts)
+    prompts = load_prompts("prompts", n_prompts)
+    null_prompts = load_prompts("prompts", n_null, offset=n_prompts)
     over: dict[str, Any] = {"gen_length": gen_length}
     if gen_length % wm.sampler(False).config.block_length:
         over["block_length"] = gen_length

@@ -1,7 +1,9 @@
 """Hook specifications of sketchwm (pluggy project name ``"sketchwm"``).
 
-Every hook is a *registration* hook: each implementation returns a list of component classes,
-and the registry concatenates the lists of all plugins (pluggy's default: a list of results).
+Every component hook is a *registration* hook: each implementation returns a list of component
+classes, and the registry concatenates the lists of all plugins (pluggy's default: a list of
+results). One hook adds to the command line instead: :func:`sketchwm_register_commands`, through
+which a plugin brings its own ``sketchwm`` sub-commands.
 Built-in components are registered exactly like third-party ones, through the entry-point group
 ``sketchwm`` in ``pyproject.toml``::
 
@@ -60,4 +62,27 @@ def sketchwm_register_metrics() -> list[type]:
 
     Each declares its ``unit``, ``higher_is_better`` and the leaderboard ``task`` it belongs to;
     ``sketchwm bench run`` computes every registered metric (or those the config names) per cell.
+    """
+
+
+# ---------------------------------------------------------------- command line
+@hookspec
+def sketchwm_register_commands(subparsers, parents) -> None:
+    """Add sub-commands to the ``sketchwm`` command line (the argparse form of simonw/llm's ``register_commands``).
+
+    Args:
+        subparsers: the ``sketchwm`` parser's sub-parsers action. Add a command with
+            ``p = subparsers.add_parser(NAME, parents=parents, help=ONE_LINE)``, its options with
+            ``p.add_argument(...)`` (types from :mod:`sketchwm.cli`: ``positive_int``, ``probability``,
+            ...; ``add_config_args`` for ``--config/--scheme/--backend``) and its handler with
+            ``p.set_defaults(func=handler)``, where ``handler(args: argparse.Namespace) -> int``
+            returns the exit status. The CLI's error path applies: a :class:`sketchwm.errors.SketchwmError`
+            raised by the handler prints one line and exits 2.
+        parents: argparse parent parsers with the options every sub-command shares (``--debug``);
+            pass them to every ``add_parser`` call, nested ones included.
+
+    Returns nothing. ``sketchwm --help`` lists plugin commands from a cached listing
+    (:func:`sketchwm.plugin_index.describe_commands`); running ``sketchwm NAME`` imports only the
+    plugin that adds NAME, so keep the handler's heavy imports (torch, models) inside the handler.
+    A name already taken (by the core or another plugin) is an error.
     """

@@ -8,6 +8,17 @@ distribution and its version) and the size and modification time of every ``.py`
 entry point's top-level package (found with ``importlib.util.find_spec``, which does not import
 it). Any change misses the cache and rebuilds it from the real registry; nothing stale is shown.
 
+The plugins' sub-commands (hook ``sketchwm_register_commands``) are listed the same way by
+:func:`describe_commands` (name, one-line help, providing entry point), so ``sketchwm --help`` shows
+them and ``sketchwm NAME`` imports only the plugin that adds NAME (:func:`add_plugin_commands`). That
+listing is read on every ``--help``, so its key is cheaper than :func:`plugins_fingerprint` (which
+reads every installed distribution's metadata): the sketchwm version, ``sys.path`` and the
+modification time of each of its directories (installing or removing a distribution changes its
+directory), and the size and modification time of the plugin packages' files recorded in it.
+
+This module also makes the plugin manager (:func:`get_plugin_manager`): it needs pluggy and the
+hookspecs only, not the components, so the command line can load one plugin without torch.
+
 Cache directory: ``$SKETCHWM_CACHE_DIR``, else ``$XDG_CACHE_HOME/sketchwm``, else
 ``~/.cache/sketchwm``. A cache that cannot be read or written is ignored.
 """
@@ -15,14 +26,14 @@ Cache directory: ``$SKETCHWM_CACHE_DIR``, else ``$XDG_CACHE_HOME/sketchwm``, els
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
-import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Sequence
 
-__all__ = ["describe_plugins", "plugins_fingerprint", "cache_dir"]
+__all__ = ["describe_plugins", "plugins_fingerprint", "cache_dir", "get_plugin_manager", "describe_commands",
+           "add_plugin_commands"]
 
 ENTRY_POINT_GROUP = "sketchwm"
 
@@ -37,6 +48,8 @@ def cache_dir() -> Path:
 
 def _package_files(module: str) -> list[tuple[str, int, int]]:
     """(path, size, mtime_ns) of the ``.py`` files of ``module``'s top-level package (not imported)."""
+    import importlib.util
+
     top = module.split(".")[0]
     try:
         spec = importlib.util.find_spec(top)
@@ -61,6 +74,8 @@ def _package_files(module: str) -> list[tuple[str, int, int]]:
 def plugins_fingerprint() -> str:
     """SHA-256 (24 hex) of the sketchwm version, the entry points and their packages' files."""
     from . import __version__
+
+    import importlib.metadata
 
     eps = sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: (e.name, e.value))
     parts: list[Any] = [__version__]
@@ -93,14 +108,208 @@ def describe_plugins(use_cache: bool = True) -> dict[str, list[dict[str, str]]]:
     from .registry import get_registry
 
     desc = get_registry().describe()
+    _write_cache(path, desc)
+    return desc
+
+
+def _write_cache(path: Path, data: Any) -> None:
+    """Write one cached listing atomically, keeping the 15 newest of its prefix (several checkouts may
+    share the cache); a cache that cannot be written is only slower."""
     try:
         from .io import write_json_atomic
 
         path.parent.mkdir(parents=True, exist_ok=True)
-        olds = sorted(path.parent.glob("plugins-*.json"), key=lambda q: q.stat().st_mtime)
-        for old in olds[:-15]:  # keep the 15 newest listings (several checkouts may share the cache)
+        prefix = path.name.split("-")[0]
+        olds = sorted(path.parent.glob(f"{prefix}-*.json"), key=lambda q: q.stat().st_mtime)
+        for old in olds[:-15]:
             old.unlink(missing_ok=True)
-        write_json_atomic(path, desc)
-    except Exception:  # noqa: BLE001 - a cache that cannot be written is only slower
+        write_json_atomic(path, data)
+    except Exception:  # noqa: BLE001
         pass
-    return desc
+
+
+# ---------------------------------------------------------------- the plugin manager
+def get_plugin_manager(entry_points: Iterable[Any] | None = None, extra_plugins: Iterable[Any] = ()) -> Any:
+    """A new :class:`pluggy.PluginManager` with the sketchwm hookspecs and plugins.
+
+    Args:
+        entry_points: objects with ``.name`` and ``.load()`` (``importlib.metadata.EntryPoint`` or
+            fakes). None means the installed ``sketchwm`` entry-point group.
+        extra_plugins: modules or objects to register directly (after the entry points).
+
+    Raises:
+        RegistryError: an entry point fails to import.
+    """
+    import pluggy
+
+    from . import hookspecs
+    from .errors import RegistryError
+
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    if entry_points is None:
+        import importlib.metadata
+
+        entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
+    for ep in entry_points:
+        try:
+            plugin = ep.load()
+        except Exception as exc:  # noqa: BLE001 - report which plugin broke
+            raise RegistryError(f"failed to load sketchwm plugin entry point '{ep.name}': {exc}") from exc
+        if pm.is_registered(plugin):
+            continue
+        pm.register(plugin, name=ep.name)
+    for plugin in extra_plugins:
+        if not pm.is_registered(plugin):
+            pm.register(plugin)
+    return pm
+
+
+# ---------------------------------------------------------------- plugin sub-commands
+COMMAND_HOOK = "sketchwm_register_commands"
+
+
+def _paths_key() -> str:
+    """24 hex of the sketchwm version, ``sys.path`` and its directories' modification times (not the
+    working directory's: writing an output there must not invalidate the listing)."""
+    from . import __version__
+
+    try:
+        cwd = os.getcwd()
+    except OSError:  # a removed working directory
+        cwd = ""
+    parts: list[Any] = [__version__]
+    for entry in sys.path:
+        path = os.path.abspath(entry or ".")
+        if path == cwd:
+            continue
+        try:
+            parts.append((path, os.stat(path).st_mtime_ns))
+        except OSError:
+            parts.append((path, None))
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
+
+
+def _files_unchanged(files: Sequence[Sequence[Any]]) -> bool:
+    for path, size, mtime in files:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        if st.st_size != size or st.st_mtime_ns != mtime:
+            return False
+    return True
+
+
+def _call_command_hooks(pm: Any, subparsers: Any, parents: Sequence[Any]) -> dict[str, str]:
+    """Call every plugin's ``sketchwm_register_commands`` on ``subparsers``, one plugin at a time, and
+    return {command: providing plugin's name}.
+
+    Raises:
+        RegistryError: a plugin adds a command whose name is already taken.
+    """
+    import argparse
+
+    from .errors import RegistryError
+
+    added: dict[str, str] = {}
+    plugins = [(pm.get_name(impl.plugin), impl.plugin) for impl in getattr(pm.hook, COMMAND_HOOK).get_hookimpls()]
+    for name, plugin in plugins:  # registration order, so `sketchwm --help` lists commands in it
+        before = set(subparsers.choices)
+        others = [p for _, p in plugins if p is not plugin]
+        try:
+            pm.subset_hook_caller(COMMAND_HOOK, remove_plugins=others)(subparsers=subparsers, parents=list(parents))
+        except argparse.ArgumentError as exc:
+            raise RegistryError(f"sketchwm plugin '{name}' adds a sub-command whose name is taken: {exc}") from None
+        for cmd in set(subparsers.choices) - before:
+            added[cmd] = name
+    return added
+
+
+def describe_commands(use_cache: bool = True) -> dict[str, dict[str, str]]:
+    """The plugins' sub-commands: ``{name: {"help": one line, "plugin": entry-point name, "target": its
+    module}}``, from the cache when valid (see module doc); a miss imports every plugin once.
+
+    Raises:
+        RegistryError: a plugin fails to load or adds a name already taken (never cached).
+    """
+    path = cache_dir() / f"commands-{_paths_key()}.json"
+    if use_cache:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if _files_unchanged(data["files"]):
+                return data["commands"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    import argparse
+
+    import importlib.metadata
+
+    eps = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    pm = get_plugin_manager(eps)
+    targets = {ep.name: ep.value for ep in eps}
+    sub = argparse.ArgumentParser(add_help=False).add_subparsers()
+    for core in CORE_COMMANDS:  # a plugin may not take a core command's name
+        sub.add_parser(core, add_help=False)
+    owner = _call_command_hooks(pm, sub, [])
+    helps = {a.dest: a.help or "" for a in sub._choices_actions}
+    commands = {c: {"help": helps.get(c, ""), "plugin": owner[c], "target": targets[owner[c]]} for c in sorted(owner)}
+    tops = {"sketchwm"} | {m.split(".")[0] for m in (getattr(p, "__name__", "") for p in pm.get_plugins()) if m}
+    files = [f for top in sorted(tops) for f in _package_files(top) if f[1] >= 0]
+    _write_cache(path, {"files": files, "commands": commands})
+    return commands
+
+
+#: The sub-commands of :mod:`sketchwm.cli` itself; a plugin command may not reuse these names.
+CORE_COMMANDS: tuple[str, ...] = ("keygen", "generate", "detect", "calibrate", "plugins", "demo")
+
+
+def add_plugin_commands(subparsers: Any, parents: Sequence[Any], command: str | None, all_commands: bool = False,
+                        plugins: Sequence[Any] = ()) -> None:
+    """Add the plugins' sub-commands to the ``sketchwm`` parser.
+
+    The plugin providing ``command`` (the sub-command about to run) is imported and adds its real
+    parsers; every other listed command gets a help-only entry (shown by ``sketchwm --help``), so
+    nothing else is imported. ``all_commands`` imports every command plugin (the full parser, for
+    documentation and tests). ``plugins`` (modules or objects implementing the hook) are registered
+    directly and always add their commands.
+
+    Raises:
+        RegistryError: a plugin fails to load, or adds a name already taken.
+    """
+    listing = describe_commands() if all_commands or command not in CORE_COMMANDS else {}
+    wanted = set(listing) if all_commands else {command} & set(listing)
+    # the listing records each entry point's target: load it without reading every distribution's metadata
+    eps = list({listing[c]["plugin"]: _ListedEntryPoint(listing[c]["plugin"], listing[c]["target"])
+                for c in sorted(wanted)}.values())
+    if eps or plugins:
+        _call_command_hooks(get_plugin_manager(eps, extra_plugins=plugins), subparsers, parents)
+    for name, info in listing.items():
+        if name not in subparsers.choices:  # listed only: help text, no import
+            subparsers.add_parser(name, help=info["help"], add_help=False).set_defaults(func=_unloaded(name, info))
+
+
+class _ListedEntryPoint:
+    """An entry point as the commands listing recorded it: ``name`` and ``target`` (``module`` or
+    ``module:attr``), loaded like :meth:`importlib.metadata.EntryPoint.load`."""
+
+    def __init__(self, name: str, target: str):
+        self.name, self.target = name, target
+
+    def load(self) -> Any:
+        import importlib
+
+        module, _, attr = self.target.partition(":")
+        obj: Any = importlib.import_module(module)
+        for part in filter(None, attr.split(".")):
+            obj = getattr(obj, part)
+        return obj
+
+
+def _unloaded(name: str, info: dict[str, str]) -> Any:
+    def run(args: Any) -> int:
+        from .errors import RegistryError
+
+        raise RegistryError(f"sub-command '{name}' is listed for plugin '{info['plugin']}', which did not add it: "
+                            "run `sketchwm plugins --no-cache` after changing plugins")
+    return run

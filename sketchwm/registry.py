@@ -1,4 +1,4 @@
-"""The plugin manager factory and the component registry.
+"""The component registry (and, re-exported from :mod:`sketchwm.plugin_index`, the plugin manager factory).
 
 ``get_plugin_manager()`` builds a fresh :class:`pluggy.PluginManager` loaded from the ``sketchwm``
 entry-point group (or from explicitly given entry points, for tests). :class:`Registry` collects
@@ -9,21 +9,18 @@ with "did you mean" suggestions.
 from __future__ import annotations
 
 import difflib
-import importlib
-import importlib.metadata
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any
 
 import pluggy
 
-from . import hookspecs
 from .components import Attack, Component, DLMBackend, ScoreFunction, Sketch, WatermarkScheme
 from .bench.metric import Metric
+from .context import BuildContext
 from .errors import RegistryError
+from .plugin_index import ENTRY_POINT_GROUP, get_plugin_manager
 
-__all__ = ["get_plugin_manager", "Registry", "get_registry", "KINDS"]
-
-ENTRY_POINT_GROUP = "sketchwm"
+__all__ = ["get_plugin_manager", "Registry", "get_registry", "KINDS", "ENTRY_POINT_GROUP"]
 
 #: kind → (hook name, required base class)
 KINDS: dict[str, tuple[str, type[Component]]] = {
@@ -34,35 +31,6 @@ KINDS: dict[str, tuple[str, type[Component]]] = {
     "attack": ("sketchwm_register_attacks", Attack),
     "metric": ("sketchwm_register_metrics", Metric),
 }
-
-
-def get_plugin_manager(entry_points: Iterable[Any] | None = None, extra_plugins: Iterable[Any] = ()) -> pluggy.PluginManager:
-    """A new plugin manager with the sketchwm hookspecs and plugins.
-
-    Args:
-        entry_points: objects with ``.name`` and ``.load()`` (``importlib.metadata.EntryPoint`` or
-            fakes). None means the installed ``sketchwm`` entry-point group.
-        extra_plugins: modules or objects to register directly (after the entry points).
-
-    Raises:
-        RegistryError: an entry point fails to import.
-    """
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    if entry_points is None:
-        entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-    for ep in entry_points:
-        try:
-            plugin = ep.load()
-        except Exception as exc:  # noqa: BLE001 - report which plugin broke
-            raise RegistryError(f"failed to load sketchwm plugin entry point '{ep.name}': {exc}") from exc
-        if pm.is_registered(plugin):
-            continue
-        pm.register(plugin, name=ep.name)
-    for plugin in extra_plugins:
-        if not pm.is_registered(plugin):
-            pm.register(plugin)
-    return pm
 
 
 class Registry:
@@ -112,8 +80,23 @@ class Registry:
             raise RegistryError(f"unknown {kind} '{name}'{hint} (registered: {', '.join(sorted(table)) or 'none'})")
         return table[name]
 
+    def build(self, kind: str, name: str, params: Any = None, context: BuildContext | None = None) -> Component:
+        """Build the component registered as ``name``: ``cls.from_context(params, context)``.
+
+        The one way sketchwm itself builds components: every kind receives the same
+        :class:`sketchwm.context.BuildContext` (this registry filled in as ``context.registry``), and
+        each kind's base class maps it onto its constructor (see :mod:`sketchwm.context`).
+
+        Raises:
+            RegistryError: unknown kind or name. ConfigError: bad params, or a context field the
+                component needs is missing.
+        """
+        cls = self.get(kind, name)
+        return cls.from_context(params, (context or BuildContext()).replace(registry=self))
+
     def create(self, kind: str, name: str, *args: Any, **kwargs: Any) -> Component:
-        """Instantiate ``get(kind, name)(*args, **kwargs)``."""
+        """``get(kind, name)(*args, **kwargs)``: the class's own constructor, arguments as it takes them
+        (scripts and tests that hold them all); the library builds through :meth:`build`."""
         return self.get(kind, name)(*args, **kwargs)
 
     def describe(self) -> dict[str, list[dict[str, str]]]:

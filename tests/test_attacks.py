@@ -27,7 +27,7 @@ from sketchwm.testing import TINY_WORDS, tiny_backend, tiny_texts
 
 import sketchwm_attacks
 from sketchwm_attacks import metrics
-from sketchwm_attacks.base import COMMON_WORDS, AttackParams, compose, n_edits
+from sketchwm_attacks.base import COMMON_WORDS, AttackParams, Pipeline, PipelineParams, StageSpec, compose, n_edits
 from sketchwm_attacks.stealing import SpoofScheme, WatermarkStealer
 
 ATTACK_NAMES = get_registry().names("attack")
@@ -484,7 +484,7 @@ def test_wordnet_setup_is_idempotent_and_errors_clearly(tmp_path):
 
 # ============================================================================ CLI
 def _cli(argv):
-    from sketchwm.cli_attack import add_attack_command
+    from sketchwm_attacks.cli import add_attack_command
 
     parser = argparse.ArgumentParser(prog="sketchwm")
     add_attack_command(parser.add_subparsers(dest="command"))
@@ -515,3 +515,64 @@ def test_cli_attack_errors(tmp_path):
         _cli(["attack", "--attack", "delete-randm", "--strength", "0.3", "--input", str(bad)])
     with pytest.raises(InputError, match="not found"):
         _cli(["attack", "--attack", "delete-random", "--strength", "0.3", "--input", str(tmp_path / "missing.jsonl")])
+
+
+# ============================================================================ the pipeline is an attack
+class _DeleteThenInsert(Pipeline):
+    """A registered composition: delete words at the given strength, then insert random ones at its own 0.2."""
+
+    name = "delete-then-insert"
+
+    class Params(PipelineParams):
+        stages: list[StageSpec] = [StageSpec(name="delete-random", params={"similarity": False}),
+                                   StageSpec(name="insert-random", params={"similarity": False}, strength=0.2)]
+
+
+def _composition_registry():
+    import types
+
+    from sketchwm.hookspecs import hookimpl
+
+    mod = types.ModuleType("fake_composition_plugin")
+    mod.sketchwm_register_attacks = hookimpl(lambda: [_DeleteThenInsert])
+    mod.sketchwm_register_attacks.__name__ = "sketchwm_register_attacks"
+    return Registry(get_plugin_manager(entry_points=[], extra_plugins=[sketchwm_attacks, mod]))
+
+
+def test_pipeline_is_a_registrable_attack_with_the_same_contract():
+    reg = _composition_registry()
+    assert issubclass(Pipeline, Attack) and "delete-then-insert" in reg.names("attack")
+    attack = reg.build("attack", "delete-then-insert", {"similarity": False})
+    assert [a.name for a in attack.attacks] == ["delete-random", "insert-random"] and attack.strengths == [None, 0.2]
+    text = " ".join(f"w{i}" for i in range(40))
+    out = attack.apply([text, ""], 0.5, torch.Generator().manual_seed(0))
+    again = compose(reg.create("attack", "delete-random", {"similarity": False}),
+                    reg.create("attack", "insert-random", {"similarity": False}), strengths=[None, 0.2]
+                    ).apply([text, ""], 0.5, torch.Generator().manual_seed(0))
+    assert out.texts == again.texts and len(out.texts[0].split()) == 20 + 4 and out.texts[1] == ""
+    assert out.meta["attack"] == "delete-then-insert" and [m["attack"] for m in out.meta["stages"]] == [
+        "delete-random", "insert-random"]
+    json.dumps(out.meta)
+    assert math.isnan(out.similarity[0]) and out.edit_fraction[1] == 0.0
+    zero = attack.apply([text], 0.0, torch.Generator().manual_seed(0))  # the second stage keeps its own 0.2
+    assert len(zero.texts[0].split()) == 48
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ConfigError):
+            attack.apply([text], bad, torch.Generator())
+    with pytest.raises(InputError):
+        attack.apply("a single string", 0.1, torch.Generator())
+    with pytest.raises(ConfigError):
+        reg.build("attack", "delete-then-insert", {"no_such_param": 1})
+    with pytest.raises(ConfigError, match="at least one attack"):
+        Pipeline({"stages": []})
+
+
+def test_pipeline_from_params_builds_its_stages_and_nests():
+    inner = Pipeline({"stages": [{"name": "delete-random", "params": {"similarity": False}}]})
+    outer = compose(inner, get_registry().create("attack", "reorder-words", {"similarity": False}))
+    text = " ".join(f"w{i}" for i in range(30))
+    out = outer.apply([text], 0.5, torch.Generator().manual_seed(1))
+    assert len(out.texts[0].split()) == 15 and out.meta["stages"][0]["attack"] == "pipeline"
+    assert outer.params.stages[0].name == "pipeline" and outer.params.stages[0].params["stages"][0]["name"] == "delete-random"
+    with pytest.raises(ConfigError, match="do not match"):
+        Pipeline({"stages": [{"name": "delete-random"}]}, attacks=[inner])

@@ -340,7 +340,9 @@ def test_plugins_listing_is_cached_and_matches_the_registry(tmp_path, monkeypatc
 
 
 def test_help_and_cached_plugins_do_not_import_torch(tmp_path):
-    """Start-up: `sketchwm --help` and a cached `sketchwm plugins` import neither torch nor any plugin."""
+    """Start-up: with their listings cached, `sketchwm --help`, `sketchwm attack --help` and `sketchwm plugins`
+    import neither torch nor any plugin (the first `--help` after an install or edit imports the plugins
+    once to list their sub-commands, as the first `plugins` does to list their components)."""
     import subprocess
 
     from cli_tiny import subprocess_env
@@ -349,7 +351,8 @@ def test_help_and_cached_plugins_do_not_import_torch(tmp_path):
     probe = ("import sys, contextlib, io\nfrom sketchwm.cli import main\n"
              "with contextlib.redirect_stdout(io.StringIO()):\n    main(sys.argv[1:])\n"
              "print(sorted(m for m in ('torch', 'transformers', 'pydantic', 'sketchwm_builtin') if m in sys.modules))")
-    for args, heavy in ((["--help"], "[]"), (["plugins"], None), (["plugins"], "[]")):  # 2nd run: cache filled
+    for args, heavy in ((["--help"], None), (["--help"], "[]"), (["attack", "--help"], "[]"), (["plugins"], None),
+                        (["plugins"], "[]")):  # 2nd run: cache filled
         r = subprocess.run([sys.executable, "-c", probe, *args], env=env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stderr
         if heavy is not None:

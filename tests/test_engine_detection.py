@@ -172,7 +172,7 @@ def test_calibration_needs_enough_texts_and_bins_cover_all_lengths(wm):
 def test_token_prior_from_model_samples_is_pinned_by_sha256(wm, tmp_path):
     import numpy as np
 
-    from sketchwm.api import estimate_token_prior
+    from sketchwm_builtin.token_prior import estimate_token_prior
 
     spec = estimate_token_prior(wm, PROMPTS, tmp_path / "prior.npy", seed=2)
     cfg = {"scheme": {"name": "global-sketch", "params": {"prior": spec}}}

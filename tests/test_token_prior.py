@@ -13,7 +13,7 @@ from sketchwm.errors import CalibrationError, ConfigError
 from sketchwm.keys import WatermarkKey
 from sketchwm.registry import get_registry
 from sketchwm.testing import tiny_texts
-from sketchwm.token_prior import TokenPrior, estimate_from_corpus, estimate_from_samples
+from sketchwm_builtin.token_prior import TokenPrior, estimate_from_corpus, estimate_from_samples
 
 
 def _scheme(V, prior, tok=None):

@@ -4,7 +4,9 @@ Registered through the ``sketchwm`` entry-point group (``attacks = "sketchwm_att
 like a third-party plugin. Every attack follows :class:`sketchwm.components.Attack`: a batch of
 texts, a strength in [0, 1] (meaning documented per attack), an explicit ``torch.Generator``; the
 output carries the edit fraction, token-level Levenshtein distance and semantic similarity
-(:mod:`sketchwm_attacks.metrics`). Attacks compose with :func:`sketchwm_attacks.base.compose`.
+(:mod:`sketchwm_attacks.metrics`). Attacks compose with :func:`sketchwm_attacks.base.compose` (a
+:class:`~sketchwm_attacks.base.Pipeline` is itself an attack, registered as ``pipeline``). The suite also
+adds the ``sketchwm attack`` sub-command (:mod:`sketchwm_attacks.cli`, hook ``sketchwm_register_commands``).
 
 =========================  ===========================================================  =============
 name                       what                                                         strength
@@ -28,16 +30,12 @@ steal-scrub                watermark-stealing scrub (Jovanović et al. 2024)    
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from sketchwm.hookspecs import hookimpl
 
-from .base import Pipeline, TextAttack, compose
-from .deletion import RandomDeletion
-from .flooding import FloodToken, RepeatSpan
-from .insertion import HumanInsertion, RandomInsertion
-from .paraphrase import DLMParaphrase, SmolLM2Paraphrase
-from .reordering import SentenceShuffle, SpanShuffle, WordShuffle
-from .stealing import StealingScrub, WatermarkStealer
-from .substitution import ContextualSubstitution, RandomSubstitution, SynonymSubstitution
+from .cli import sketchwm_register_commands
 
 __all__ = [
     "ATTACKS",
@@ -46,28 +44,45 @@ __all__ = [
     "compose",
     "WatermarkStealer",
     "sketchwm_register_attacks",
+    "sketchwm_register_commands",
 ]
 
-#: Every attack class of this package, in registration order.
-ATTACKS: tuple[type[TextAttack], ...] = (
-    RandomSubstitution,
-    SynonymSubstitution,
-    ContextualSubstitution,
-    RandomInsertion,
-    HumanInsertion,
-    RandomDeletion,
-    SentenceShuffle,
-    SpanShuffle,
-    WordShuffle,
-    FloodToken,
-    RepeatSpan,
-    DLMParaphrase,
-    SmolLM2Paraphrase,
-    StealingScrub,
+#: (module, class) of every attack of this package, in registration order (:data:`ATTACKS` imports them).
+_ATTACK_CLASSES: tuple[tuple[str, str], ...] = (
+    ("substitution", "RandomSubstitution"),
+    ("substitution", "SynonymSubstitution"),
+    ("substitution", "ContextualSubstitution"),
+    ("insertion", "RandomInsertion"),
+    ("insertion", "HumanInsertion"),
+    ("deletion", "RandomDeletion"),
+    ("reordering", "SentenceShuffle"),
+    ("reordering", "SpanShuffle"),
+    ("reordering", "WordShuffle"),
+    ("flooding", "FloodToken"),
+    ("flooding", "RepeatSpan"),
+    ("paraphrase", "DLMParaphrase"),
+    ("paraphrase", "SmolLM2Paraphrase"),
+    ("stealing", "StealingScrub"),
 )
+_EXPORTS = {"Pipeline": "base", "TextAttack": "base", "compose": "base", "WatermarkStealer": "stealing"}
+
+
+def __getattr__(name: str) -> Any:
+    """``ATTACKS`` (every attack class of this package, in registration order) and the public names,
+    imported on first use: importing the package stays light (no torch), so the command line can
+    load it to add ``sketchwm attack`` without loading the attacks.
+
+    Raises:
+        AttributeError: any other name.
+    """
+    if name == "ATTACKS":
+        return tuple(getattr(importlib.import_module(f"{__name__}.{m}"), c) for m, c in _ATTACK_CLASSES)
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @hookimpl
 def sketchwm_register_attacks() -> list[type]:
     """The attack classes of this package (see the module table)."""
-    return list(ATTACKS)
+    return list(__getattr__("ATTACKS"))

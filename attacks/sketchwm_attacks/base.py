@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Sequence
 
 import torch
+from pydantic import Field
 
 from sketchwm.components import Attack, AttackOutput, DLMBackend
 from sketchwm.config import StrictModel
@@ -186,7 +187,7 @@ class TextAttack(Attack):
         if self._backend is None:
             from sketchwm.registry import get_registry
 
-            self._backend = get_registry().create("backend", "default")
+            self._backend = get_registry().build("backend", "default")
         return self._backend
 
     def _levenshtein_tokenizer(self) -> Any:
@@ -300,31 +301,81 @@ class WordAttack(TextAttack):
         """Edit a non-empty word list → (new words, edit fraction)."""
 
 
-class Pipeline:
-    """Attacks applied in sequence; the output of one is the input of the next.
+class StageSpec(StrictModel):
+    """One stage of a :class:`Pipeline`: a registered attack, its params, and its own strength (None: the
+    strength given to :meth:`Pipeline.apply`)."""
 
-    Each stage gets the same ``strength`` (or its own, from ``strengths``) and draws from the same
-    generator, so a pipeline is deterministic under a seed. Token ids are passed to the first stage
-    only (later stages see edited texts). The combined edit fraction and Levenshtein distance are
-    measured from the original input to the final output (word-level edit fraction).
+    name: str
+    params: dict[str, Any] = {}
+    strength: float | None = Field(None, ge=0.0, le=1.0)
+
+
+class PipelineParams(AttackParams):
+    """Params of a :class:`Pipeline`.
+
+    Attributes:
+        stages: the attacks, in order (at least one).
+        similarity: as for every attack; the similarity of the final output to the input is
+            computed only when it and every stage's ``similarity`` are on.
+    """
+
+    stages: list[StageSpec] = []
+
+
+class Pipeline(Attack):
+    """Attacks applied in sequence; the output of one is the input of the next. Itself an :class:`Attack`.
+
+    Each stage gets the strength given to :meth:`apply` (or its own, ``StageSpec.strength``) and
+    draws from the same generator, so a pipeline is deterministic under a seed. Token ids are passed
+    to the first stage only (later stages see edited texts). The combined edit fraction and
+    Levenshtein distance are measured from the original input to the final output (word-level).
+
+    Built three ways: :func:`compose` (stages already built); through a registry,
+    ``registry.build("attack", NAME, {"stages": [{"name": ..., "params": ..., "strength": ...}]})``
+    (the stages built through the same registry and context); or ``Pipeline(params)`` (stages built
+    through the installed plugins). A composition is registered like any attack by subclassing
+    with a ``name`` and default ``stages`` (see the tests); the suite itself registers none.
 
     Args:
-        attacks: the stages, already constructed.
-        strengths: per-stage strengths overriding the ``strength`` given to :meth:`apply`.
+        params: :class:`PipelineParams` (dict or model).
+        attacks: the stages, already built (then ``params.stages``, if given, must name them in order).
+        **resources: handed to the stages built from ``params`` (``backend``, ``human_texts``, ...).
 
     Raises:
-        ConfigError: no stages, or ``strengths`` of the wrong length.
+        ConfigError: no stages, bad params, or ``attacks`` that do not match ``params.stages``.
     """
 
     name = "pipeline"
+    Params = PipelineParams
 
-    def __init__(self, attacks: Sequence[Attack], strengths: Sequence[float] | None = None):
+    def __init__(self, params: Any = None, *, attacks: Sequence[Attack] | None = None, **resources: Any):
+        super().__init__(params, **resources)
+        specs = self.params.stages
+        if attacks is None:
+            from sketchwm.context import BuildContext
+            from sketchwm.registry import get_registry
+
+            reg = get_registry()
+            attacks = [reg.build("attack", st.name, st.params, BuildContext(resources=resources)) for st in specs]
+        attacks = list(attacks)
+        if not specs:
+            specs = [StageSpec(name=a.name, params=a.params.model_dump(mode="json")) for a in attacks]
+            self.params = self.params.model_copy(update={"stages": specs})
         if not attacks:
-            raise ConfigError("a pipeline needs at least one attack")
-        if strengths is not None and len(strengths) != len(attacks):
-            raise ConfigError(f"pipeline has {len(attacks)} attacks but {len(strengths)} strengths")
-        self.attacks = list(attacks)
-        self.strengths = None if strengths is None else [_check_strength(s) for s in strengths]
+            raise ConfigError(f"{self.display_name()} needs at least one attack")
+        if [st.name for st in specs] != [a.name for a in attacks]:
+            raise ConfigError(f"{self.display_name()}: stages {[st.name for st in specs]} do not match the attacks given "
+                              f"{[a.name for a in attacks]}")
+        self.attacks = attacks
+        self.strengths = [st.strength for st in specs]
+
+    @classmethod
+    def from_context(cls, params: Any, context: Any) -> "Pipeline":
+        """Build the stages of ``params`` through the context's registry, with the same context."""
+        p = cls.parse_params(params)
+        reg = context.require("registry", cls.display_name())
+        attacks = [reg.build("attack", st.name, st.params, context) for st in p.stages]
+        return cls(p, attacks=attacks)
 
     def apply(
         self,
@@ -335,23 +386,38 @@ class Pipeline:
         token_ids: Sequence[Sequence[int]] | None = None,
         prompts: Sequence[str] | None = None,
     ) -> AttackOutput:
-        """Run the stages in order (see class doc); ``meta["stages"]`` holds each stage's meta."""
+        """Run the stages in order (see class doc); ``meta["stages"]`` holds each stage's meta.
+
+        Raises:
+            ConfigError: strength outside [0, 1]. InputError: ``texts`` is a single string (or as the stages raise).
+        """
         s = _check_strength(strength)
+        if isinstance(texts, str):
+            raise InputError("attack input must be a list of texts, not a single string")
         original = list(texts)
         cur, stages = original, []
         for i, attack in enumerate(self.attacks):
-            st = s if self.strengths is None else self.strengths[i]
+            st = s if self.strengths[i] is None else self.strengths[i]
             out = attack.apply(cur, st, generator, token_ids=token_ids if i == 0 else None, prompts=prompts)
             stages.append(out.meta)
             cur = out.texts
         frac = [metrics.word_edit_fraction(a, b) for a, b in zip(original, cur)]
         lev = metrics.token_levenshtein(original, cur, tokenizer=None)
-        want_sim = all(getattr(a.params, "similarity", True) for a in self.attacks)
+        want_sim = all(getattr(a.params, "similarity", True) for a in [self, *self.attacks])
         sim = metrics.semantic_similarity(original, cur) if (want_sim and original) else [float("nan")] * len(original)
-        meta = {"attack": "pipeline", "strength": s, "stages": stages, "levenshtein_unit": "word"}
+        meta = {"attack": self.name, "strength": s, "params": self.params.model_dump(mode="json"), "stages": stages,
+                "levenshtein_unit": "word"}
         return AttackOutput(texts=list(cur), edit_fraction=frac, levenshtein=lev, similarity=sim, meta=meta)
 
 
 def compose(*attacks: Attack, strengths: Sequence[float] | None = None) -> Pipeline:
-    """``compose(a, b, c)`` → :class:`Pipeline` applying a, then b, then c."""
-    return Pipeline(list(attacks), strengths)
+    """``compose(a, b, c)`` → :class:`Pipeline` applying a, then b, then c (``strengths``: one per stage).
+
+    Raises:
+        ConfigError: no attacks, ``strengths`` of another length, or a strength outside [0, 1].
+    """
+    if strengths is not None and len(strengths) != len(attacks):
+        raise ConfigError(f"pipeline has {len(attacks)} attacks but {len(strengths)} strengths")
+    per = list(strengths) if strengths is not None else [None] * len(attacks)
+    stages = [{"name": a.name, "params": a.params.model_dump(mode="json"), "strength": st} for a, st in zip(attacks, per)]
+    return Pipeline({"stages": stages}, attacks=list(attacks))

@@ -97,10 +97,13 @@ from pydantic import Field
 
 from sketchwm.components import DenoiseStep, SchemeScores, WatermarkScheme, distinct_token_sums, serial_on_cpu
 from sketchwm.config import ComponentSpec, StrictModel
+from sketchwm.context import BuildContext
 from sketchwm.errors import ConfigError, InputError
 from sketchwm.hookspecs import hookimpl
 from sketchwm.prf import keyed_signs
 from sketchwm.stats import bonferroni, normal_isf, normal_sf, rademacher_sum_pvalue
+
+from .cli import sketchwm_register_commands  # noqa: F401 - `sketchwm prior`, added through the hook
 
 __all__ = ["GlobalSketchScheme", "GlobalSketchParams", "PriorSpec", "Attribution", "resolve_prior"]
 
@@ -112,7 +115,7 @@ class PriorSpec(StrictModel):
         source: ``auto`` (the packaged training-corpus counts when they belong to the backend's
             vocabulary and tokenizer, else uniform with a warning), ``packaged`` (named counts shipped
             with sketchwm; an error when they do not belong to the backend), ``file`` (a prior saved
-            by :class:`sketchwm.token_prior.TokenPrior`, or a ``.npy``/``.pt`` of V counts),
+            by :class:`sketchwm_builtin.token_prior.TokenPrior`, or a ``.npy``/``.pt`` of V counts),
             ``uniform`` (no balancing; the background null then assumes uniform token frequencies).
         name: packaged counts name (``source="packaged"``).
         path: counts file (``source="file"``).
@@ -199,7 +202,7 @@ def resolve_prior(spec: PriorSpec, vocab_size: int,
         else:
             desc["tokenizer"] = _packaged_tokenizer_fingerprint()
     elif spec.source == "file":
-        from sketchwm.token_prior import TokenPrior
+        from .token_prior import TokenPrior
 
         loaded = TokenPrior.load(spec.path)
         counts = loaded.counts
@@ -210,7 +213,7 @@ def resolve_prior(spec: PriorSpec, vocab_size: int,
                               f"{spec.tokenizer or tok}")
         desc.update(path=spec.path, tokenizer=loaded.tokenizer or spec.tokenizer)
     if counts is not None:
-        from sketchwm.token_prior import counts_sha256
+        from .token_prior import counts_sha256
 
         digest = counts_sha256(counts)
         if spec.sha256 and spec.sha256 != digest:
@@ -327,8 +330,9 @@ class GlobalSketchScheme(WatermarkScheme):
         self.prior_fingerprint = self.prior_desc.get("sha256", "uniform")[:16]
         k_sk, k_dir = key.subkey("k_sk"), key.subkey("k_dir")
         self._dir_seed = k_dir.seed("direction")
-        self.sketch = reg.create("sketch", p.sketch.name, p.sketch.params, k_sk, self.vocab_size, prior, self.device)
-        self.score_fn = reg.create("score", p.score.name, p.score.params, self.sketch.dim, self.sketch.width)
+        ctx = BuildContext(key=k_sk, vocab_size=self.vocab_size, device=self.device, token_prior=prior)
+        self.sketch = reg.build("sketch", p.sketch.name, p.sketch.params, ctx)
+        self.score_fn = reg.build("score", p.score.name, p.score.params, ctx.replace(sketch=self.sketch))
         self.u = self.directions(torch.tensor([p.direction_index]))[0]  # (D,)
         self._n_total: int | None = None
         presence = getattr(self.sketch, "counting", "count") == "presence"
@@ -343,6 +347,14 @@ class GlobalSketchScheme(WatermarkScheme):
         pi = pi.clamp(min=0.5 / float(prior.sum()) if prior is not None else 0.0, max=1 - 1e-9)  # unseen tokens: ½ count
         self._log1m_pi = torch.log1p(-pi).to(self.device)  # (V,) float64
         self._c_u: torch.Tensor | None = None  # (V,) float64 ⟨u, φ(v)⟩, built on first detection
+
+    @classmethod
+    def from_context(cls, params: Any, context: BuildContext) -> "GlobalSketchScheme":
+        """As :meth:`WatermarkScheme.from_context`, and the sketch and score are built through the
+        context's ``registry``; the token prior is checked against its ``tokenizer_fingerprint``."""
+        return cls(params, context.require("key", cls.display_name()), context.require("vocab_size", cls.display_name()),
+                   device=context.device, registry=context.registry,
+                   tokenizer_fingerprint=context.tokenizer_fingerprint)
 
     # ------------------------------------------------------------------ keys
     def directions(self, indices: torch.Tensor) -> torch.Tensor:

@@ -285,6 +285,14 @@ BUILTIN_METRICS: tuple[type[Metric], ...] = (
 
 
 @hookimpl
+def sketchwm_register_commands(subparsers, parents) -> None:
+    """Add ``sketchwm bench`` (``run``, ``export``) and ``sketchwm leaderboard`` (:mod:`sketchwm.bench.cli`)."""
+    from .cli import add_subparsers
+
+    add_subparsers(subparsers, parents)
+
+
+@hookimpl
 def sketchwm_register_metrics() -> list[type]:
     """The built-in metrics (see module table)."""
     return list(BUILTIN_METRICS)

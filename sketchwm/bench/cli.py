@@ -1,4 +1,5 @@
-"""Subcommands ``sketchwm bench run|export`` and ``sketchwm leaderboard`` (added to the main parser)."""
+"""Subcommands ``sketchwm bench run|export`` and ``sketchwm leaderboard``, added through the hook
+``sketchwm_register_commands`` (implemented in :mod:`sketchwm.bench.builtin_metrics`, the harness's plugin module)."""
 
 from __future__ import annotations
 

@@ -28,8 +28,9 @@ import torch
 
 from .. import __version__
 from ..config import config_hash
+from ..data import load_prompts
 from ..detection import pad_ids
-from ..errors import ConfigError, InputError
+from ..errors import ConfigError
 from ..keys import WatermarkKey
 from .config import BenchConfig
 from .metric import CellData, Metric
@@ -235,7 +236,7 @@ class RunContext:
             sizes = {"eval": ps.n, "null_cal": self.cfg.n_null_cal, "null_fpr": self.cfg.n_null_fpr,
                      "steal_train": steal, "steal_ref": steal}
             total = sum(sizes.values())
-            pool = load_prompts(ps.source, total, self.cfg.seed)
+            pool = load_prompts(ps.source, total if ps.source == "tiny" else None, seed=self.cfg.seed)
             if ps.words:
                 pool = [" ".join(x.split()[: ps.words]) for x in pool]
             order = torch.randperm(len(pool), generator=torch.Generator().manual_seed(_seed(self.cfg.seed, ps.name) % 2**62))
@@ -409,31 +410,6 @@ def _kl_recorder(process_logits: Any, sink: list[torch.Tensor]) -> Any:
         sink.append((lq.exp() * (lq - lp).nan_to_num(0.0, 0.0, 0.0)).sum(-1).cpu())  # (M,)
         return out
     return wrapped
-
-
-def load_prompts(source: str, n: int, seed: int) -> list[str]:
-    """At least one prompt from ``source`` (see :class:`PromptSet`); ``tiny`` makes ``n`` of tiny-vocabulary words.
-
-    Raises:
-        InputError: an unknown source, a missing or empty file.
-    """
-    if source == "tiny":
-        from ..testing import tiny_texts
-
-        return tiny_texts(max(n, 1), 6, seed, punct=False)
-    if source in ("prompts", "human"):
-        from ..data import load
-
-        return load(source)
-    p = Path(source)
-    if not p.is_file():
-        raise InputError(f"prompt source {source!r} is neither 'prompts', 'human', 'tiny' nor an existing file")
-    lines = [ln for ln in p.read_text(encoding="utf-8").splitlines() if ln.strip()]
-    if p.suffix == ".jsonl":
-        lines = [(json.loads(ln).get("prompt") or json.loads(ln).get("text") or "") for ln in lines]
-    if not lines:
-        raise InputError(f"prompt file {p} has no prompts")
-    return lines
 
 
 def _cell_data(ctx: RunContext, cell: Cell, ud: dict[str, Any]) -> tuple[CellData, Scored, dict[str, Any]]:

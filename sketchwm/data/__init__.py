@@ -33,6 +33,14 @@ by :mod:`sketchwm.data.build_heldout` (provenance and licences in its docstring)
   GPL-2+).
 
 Files: ``heldout_<domain>.jsonl.gz`` (records ``{"text", "source", "doc_id", "n_words"}``).
+
+Prompts, one loader (:func:`load_prompts`)
+------------------------------------------
+The demo, the CLI (``generate --prompts``, ``calibrate``, ``prior estimate``), the benchmark harness
+(``PromptSet.source``) and the scripts in ``benchmarks/`` all read prompts through
+:func:`load_prompts`: a shipped set by name, ``"tiny"`` (word strings over the tiny test
+vocabulary, :func:`sketchwm.testing.tiny_texts`), or a file (one prompt a line, or JSONL with
+``prompt`` or ``text``; ``-`` for stdin).
 """
 
 from __future__ import annotations
@@ -45,7 +53,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["DATA_DIR", "HELDOUT_NAMES", "NAMES", "TOKEN_COUNT_NAMES", "load", "load_records",
+__all__ = ["DATA_DIR", "HELDOUT_NAMES", "NAMES", "TOKEN_COUNT_NAMES", "load", "load_prompts", "load_records",
            "load_token_counts"]
 
 DATA_DIR: Path = Path(__file__).resolve().parent
@@ -96,6 +104,50 @@ def load(name: str) -> list[str]:
     """
     _check(name, NAMES + HELDOUT_NAMES)
     return [r["text"] for r in _records(name)]
+
+
+def load_prompts(source: str = "prompts", n: int | None = None, offset: int = 0, *, seed: int = 0) -> list[str]:
+    """Prompts from ``source``, items ``offset`` to ``offset + n`` (all from ``offset`` when ``n`` is None).
+
+    Args:
+        source: a shipped set (``"prompts"``, ``"human"``, a ``HELDOUT_NAMES`` entry: texts in their
+            fixed shuffled order; a name wins over a file of that name in the working directory), ``"tiny"`` (``offset + n`` strings of 6 words of the tiny test
+            vocabulary, drawn with ``seed``; ``n`` required), or a path: one prompt a line, or JSONL
+            with a ``prompt`` or ``text`` field per record; ``-`` reads stdin.
+        n: how many prompts (>= 1), or None for all.
+        offset: the first prompt to return (>= 0); disjoint ranges give disjoint prompts.
+        seed: seed of the ``"tiny"`` source (ignored otherwise).
+
+    Raises:
+        InputError: an unknown source or missing file, a file without prompts, a negative
+            ``offset``, ``n`` < 1, or fewer than ``offset + n`` prompts in the source.
+    """
+    from ..errors import InputError
+
+    if offset < 0 or (n is not None and n < 1):
+        raise InputError(f"prompt range needs offset >= 0 and n >= 1, got offset={offset}, n={n}")
+    if source == "tiny":
+        if n is None:
+            raise InputError("prompt source 'tiny' makes prompts: give their number n")
+        from ..testing import tiny_texts
+
+        pool = tiny_texts(offset + n, 6, seed, punct=False)
+    elif source in NAMES + HELDOUT_NAMES:
+        try:
+            pool = load(source)
+        except FileNotFoundError as exc:
+            raise InputError(str(exc)) from None
+    else:
+        if source != "-" and not Path(source).exists():
+            raise InputError(f"prompt source {source!r} is neither a shipped set ({', '.join(NAMES + HELDOUT_NAMES)}), "
+                             "'tiny', nor an existing file")
+        from ..io import read_lines
+
+        pool = read_lines(source)  # a directory, unreadable or non-UTF-8 file: InputError naming it
+    end = len(pool) if n is None else offset + n
+    if end > len(pool) or offset >= len(pool):
+        raise InputError(f"only {len(pool)} prompts in {source!r}, {max(end, offset + 1)} requested")
+    return list(pool[offset:end])
 
 
 def load_token_counts(name: str = "default-train") -> torch.Tensor:

@@ -103,9 +103,10 @@ class SchemeUnderTest:
 
     def make(self, key: WatermarkKey = KEY, **overrides: Any) -> Any:
         """The keyed scheme over the backend's vocabulary (``overrides`` update the params)."""
-        cls = self.registry.get("scheme", self.name)
-        kwargs = {"registry": self.registry} if "registry" in cls.__init__.__code__.co_varnames else {}
-        return cls({**self.params, **overrides}, key, self.backend.vocab_size, **kwargs)
+        from ..context import BuildContext
+
+        return self.registry.build("scheme", self.name, {**self.params, **overrides},
+                                   BuildContext(key=key, vocab_size=self.backend.vocab_size))
 
     def generate(self, scheme: Any, prompts: list[str], seed: int, **sampler: Any) -> Any:
         from ..engine import MaskedDiffusionSampler

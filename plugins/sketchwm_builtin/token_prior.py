@@ -11,7 +11,9 @@ records the prior's SHA-256, vocabulary size and tokenizer fingerprint; building
 another file, another vocabulary or another tokenizer raises :class:`ConfigError`, and a calibration
 made under another prior raises :class:`CalibrationError` (the prior's fingerprint is stored in it).
 
-CLI: ``sketchwm prior estimate --out prior.npz [--corpus FILE | --n-samples N] [--config-out cfg.json]``.
+Part of the global-sketch plugin (``sketchwm_builtin``), which also adds the CLI through the hook
+``sketchwm_register_commands`` (:mod:`sketchwm_builtin.cli`):
+``sketchwm prior estimate --out prior.npz [--corpus FILE | --n-samples N] [--config-out cfg.json]``.
 
 File format (``.npz``): ``counts`` (V,) float64 raw token counts (no smoothing: the background model
 gives unseen tokens half a count) and ``meta``, a JSON string with ``vocab_size``, ``tokenizer``,
@@ -33,9 +35,10 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from .errors import ConfigError, InputError
+from sketchwm.errors import ConfigError, InputError
 
-__all__ = ["TokenPrior", "count_tokens", "counts_sha256", "estimate_from_corpus", "estimate_from_samples"]
+__all__ = ["TokenPrior", "count_tokens", "counts_sha256", "estimate_from_corpus", "estimate_from_samples",
+           "estimate_token_prior"]
 
 
 def counts_sha256(counts: torch.Tensor | np.ndarray) -> str:
@@ -91,7 +94,7 @@ class TokenPrior:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write ``.npz`` (counts + JSON meta), or bare counts for a ``.npy`` path, atomically."""
-        from . import __version__
+        from sketchwm import __version__
 
         p = Path(path)
         buf = io.BytesIO()
@@ -151,7 +154,7 @@ def estimate_from_corpus(tokenizer: Any, texts: Sequence[str], vocab_size: int |
     Raises:
         InputError: no texts or no tokens.
     """
-    from .components import tokenizer_fingerprint
+    from sketchwm.components import tokenizer_fingerprint
 
     if len(texts) == 0:
         raise InputError("no texts to estimate a token prior from")
@@ -182,3 +185,26 @@ def estimate_from_samples(watermarker: Any, prompts: Sequence[str], seed: int = 
     be = watermarker.backend
     return TokenPrior(count_tokens(out.token_lists(), be.vocab_size), int(be.vocab_size), be.tokenizer_fingerprint,
                       f"{len(prompts)} unwatermarked samples of {be.model_id} (seed {seed})", len(prompts))
+
+
+def estimate_token_prior(watermarker: Any, prompts: Sequence[str], path: str | os.PathLike, seed: int = 0,
+                         **sampler_overrides: Any) -> dict[str, Any]:
+    """Estimate π_tok from unwatermarked samples of the model and save the counts (paper eq. 4).
+
+    Args:
+        watermarker: a :class:`sketchwm.api.Watermarker`; supplies the backend and sampler settings.
+        prompts: prompts to sample from (one sample each).
+        path: where to write the counts (``.npz`` with provenance, or ``.npy``: V float64 raw counts).
+        seed: sampling seed.
+        **sampler_overrides: :class:`sketchwm.engine.SamplerConfig` fields.
+
+    Returns:
+        the ``prior`` spec for :class:`sketchwm_builtin.global_sketch.GlobalSketchParams`:
+        ``{"source": "file", "path", "sha256", "vocab_size", "tokenizer"}``.
+
+    Raises:
+        InputError: no prompts, or an output path that cannot be written.
+    """
+    prior = estimate_from_samples(watermarker, prompts, seed=seed, **sampler_overrides)
+    prior.save(path)
+    return prior.spec(path)

@@ -1,4 +1,5 @@
-"""``sketchwm attack``: run one registered attack on a JSONL file.
+"""``sketchwm attack``: run one registered attack on a JSONL file (added by the attack suite through the
+hook ``sketchwm_register_commands``).
 
 Usage::
 
@@ -22,9 +23,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, InputError
+from sketchwm.errors import ConfigError
+from sketchwm.hookspecs import hookimpl
 
-__all__ = ["add_attack_command", "run_attack", "read_jsonl"]
+__all__ = ["add_attack_command", "run_attack", "read_jsonl", "sketchwm_register_commands"]
+
+
+@hookimpl
+def sketchwm_register_commands(subparsers: Any, parents: Any) -> None:
+    """Add ``sketchwm attack`` (see module doc)."""
+    add_attack_command(subparsers, parents)
 
 
 def add_attack_command(subparsers: Any, parents: Any = ()) -> argparse.ArgumentParser:
@@ -38,7 +46,7 @@ def add_attack_command(subparsers: Any, parents: Any = ()) -> argparse.ArgumentP
         help="apply a registered attack (substitution, paraphrase, ...) to texts in a JSONL file",
         description=__doc__.splitlines()[0],
     )
-    from .cli import finite_float, nonneg_int, positive_int
+    from sketchwm.cli import finite_float, nonneg_int, positive_int
 
     p.add_argument("--attack", required=True, help="registered attack name (see `sketchwm plugins`)")
     p.add_argument("--strength", required=True, type=finite_float, help="attack strength in [0, 1] (meaning per attack)")
@@ -62,7 +70,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     Raises:
         InputError: missing file, a line that is not a JSON object with a string ``text``.
     """
-    from .io import read_records
+    from sketchwm.io import read_records
 
     return read_records(str(path))
 
@@ -77,7 +85,7 @@ def _token_counter(rows: list[dict[str, Any]]) -> Any:
     """
     if not any("n_tokens" in r for r in rows):
         return None
-    from .registry import get_registry
+    from sketchwm.registry import get_registry
 
     spec: dict[str, Any] = {"name": "default", "params": {}}
     for r in rows:
@@ -85,7 +93,7 @@ def _token_counter(rows: list[dict[str, Any]]) -> Any:
         if isinstance(cfg, dict) and isinstance(cfg.get("backend"), dict) and cfg["backend"].get("name"):
             spec = cfg["backend"]
             break
-    backend = get_registry().create("backend", spec["name"], dict(spec.get("params") or {}))
+    backend = get_registry().build("backend", spec["name"], dict(spec.get("params") or {}))
     tok = backend.tokenizer
     return lambda texts: [len(tok.encode(t, add_special_tokens=False)) for t in texts]
 
@@ -100,7 +108,8 @@ def run_attack(args: argparse.Namespace) -> int:
     """
     import torch
 
-    from .registry import get_registry
+    from sketchwm.context import BuildContext
+    from sketchwm.registry import get_registry
 
     params: dict[str, Any] = {}
     if args.params:
@@ -120,14 +129,14 @@ def run_attack(args: argparse.Namespace) -> int:
     resources: dict[str, Any] = {}
     if args.watermarked is not None:
         resources["watermarked_texts"] = [r["text"] for r in read_jsonl(args.watermarked)]
-    attack = registry.create("attack", args.attack, params, **resources)
+    attack = registry.build("attack", args.attack, params, BuildContext(resources=resources))
     gen = torch.Generator().manual_seed(int(args.seed))
     params_json = attack.params.model_dump(mode="json")
 
     counter = _token_counter(rows)
     out_path = args.output
     if out_path is not None:
-        from .io import check_output_path
+        from sketchwm.io import check_output_path
 
         check_output_path(out_path)
     bar = None
@@ -162,7 +171,7 @@ def run_attack(args: argparse.Namespace) -> int:
             if bar is not None:
                 bar.update(len(batch))
 
-    from .io import write_jsonl_atomic
+    from sketchwm.io import write_jsonl_atomic
 
     try:
         write_jsonl_atomic(str(out_path) if out_path is not None else "-", records())

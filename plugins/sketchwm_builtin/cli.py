@@ -1,4 +1,5 @@
-"""``sketchwm prior estimate``: the token prior π_tok for a model other than the default.
+"""``sketchwm prior estimate``: the token prior π_tok for a model other than the default (added by the
+global-sketch plugin through the hook ``sketchwm_register_commands``).
 
 Usage::
 
@@ -8,7 +9,7 @@ Usage::
 Without ``--corpus`` it samples the model without watermark (``--n-samples`` prompts from the shipped
 prompt set or ``--prompts FILE``); with it, it counts the texts of FILE (plain lines or JSONL with
 ``text``) through the backend's tokenizer. It writes the counts with their provenance (see
-:mod:`sketchwm.token_prior`) and prints the scheme's ``prior`` spec as JSON; ``--config-out`` also writes
+:mod:`sketchwm_builtin.token_prior`) and prints the scheme's ``prior`` spec as JSON; ``--config-out`` also writes
 the full configuration (the input config with that prior and the tokenizer fingerprint), to keep
 with the key and pass to ``--config`` when generating and detecting.
 """
@@ -22,19 +23,28 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_prior_command", "cmd_prior_estimate"]
+from sketchwm.hookspecs import hookimpl
+
+__all__ = ["add_prior_command", "cmd_prior_estimate", "sketchwm_register_commands"]
+
+
+@hookimpl
+def sketchwm_register_commands(subparsers: Any, parents: Any) -> None:
+    """Add ``sketchwm prior`` (see module doc)."""
+    add_prior_command(subparsers, parents)
 
 
 def cmd_prior_estimate(args: argparse.Namespace) -> int:
     """Estimate, save, print the spec (and write the configuration with ``--config-out``)."""
-    from .api import Watermarker
-    from .cli import _config
-    from .demo import demo_prompts
-    from .io import atomic_write, read_lines, read_texts
-    from .keys import WatermarkKey
+    from sketchwm.api import Watermarker
+    from sketchwm.cli import config_from_args
+    from sketchwm.data import load_prompts
+    from sketchwm.io import atomic_write, read_texts
+    from sketchwm.keys import WatermarkKey
+
     from .token_prior import estimate_from_corpus, estimate_from_samples
 
-    cfg = _config(args)
+    cfg = config_from_args(args)
     # the key is never used: the model is sampled without watermark and no scheme is built
     wm = Watermarker(WatermarkKey.generate(), cfg)
     if args.corpus:
@@ -42,7 +52,8 @@ def cmd_prior_estimate(args: argparse.Namespace) -> int:
         prior = estimate_from_corpus(wm.backend.tokenizer, texts, wm.backend.vocab_size,
                                      source=f"{len(texts)} texts of {args.corpus}")
     else:
-        prompts = read_lines(args.prompts) if args.prompts else demo_prompts(args.n_samples, offset=args.prompt_offset)
+        prompts = (load_prompts(args.prompts) if args.prompts
+                   else load_prompts("prompts", args.n_samples, args.prompt_offset))
         over = {"gen_length": args.gen_length} if args.gen_length else {}
         prior = estimate_from_samples(wm, prompts, seed=args.seed, batch_size=args.batch_size, progress=not args.quiet,
                                       **over)
@@ -61,15 +72,11 @@ def cmd_prior_estimate(args: argparse.Namespace) -> int:
 
 
 def add_prior_command(subparsers: Any, parents: "list[argparse.ArgumentParser] | tuple" = ()) -> argparse.ArgumentParser:
-    """Add ``prior estimate`` to an argparse ``subparsers`` object; returns the ``prior`` parser.
+    """Add ``prior estimate`` (``subparsers`` and ``parents`` as in the hook ``sketchwm_register_commands``);
+    returns the ``prior`` parser."""
+    from sketchwm.cli import add_config_args, nonneg_int, positive_int
 
-    Args:
-        subparsers: the main parser's subparsers action.
-        parents: options every sub-command shares (``--debug``).
-    """
-    from .cli import _add_config_args, nonneg_int, positive_int
-
-    parents = list(parents)
+    parents = list(parents)  # nested parsers share the --debug option too
     p = subparsers.add_parser("prior", parents=parents, help="token prior for another model's vocabulary (sign balancing, null)")
     sub = p.add_subparsers(dest="prior_command", required=True, help="estimate: count tokens of samples or a corpus")
     e = sub.add_parser("estimate", parents=parents, help="estimate the token prior from unwatermarked samples or a corpus",
@@ -85,6 +92,6 @@ def add_prior_command(subparsers: Any, parents: "list[argparse.ArgumentParser] |
     e.add_argument("--batch-size", type=positive_int, default=50, help="samples per batch (default 50)")
     e.add_argument("--config-out", help="also write the configuration with this prior (JSON)")
     e.add_argument("--quiet", action="store_true", help="no progress bar")
-    _add_config_args(e)
+    add_config_args(e)
     e.set_defaults(func=cmd_prior_estimate)
     return p
