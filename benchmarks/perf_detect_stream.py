@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep_dir:
             shutil.rmtree(tmp, ignore_errors=True)
-    res = {"input_mb": round(nbytes / 1e6, 1), "peak_rss_mb": round(max(maxrss, peak[0]) / 1e6, 1),
+    res = {"input_mb": round(nbytes / 1e6, 3), "peak_rss_mb": round(max(maxrss, peak[0]) / 1e6, 1),
            "records": records, "records_per_s": round(records / wall, 1), "results": results, "scored": ok,
            "wall_s": round(wall, 1), "build_s": round(build_s, 1), "polled_peak_rss_mb": round(peak[0] / 1e6, 1),
            "ru_maxrss_mb": round(maxrss / 1e6, 1), "chunk_size": args.chunk_size, "threads": args.threads}
