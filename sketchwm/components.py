@@ -416,6 +416,36 @@ class Sketch(Component):
             self.__dict__["_scratch_buf"] = flat
         return flat[:n].view(shape)
 
+    @staticmethod
+    def _stop_absence_at_rows(
+        q: torch.Tensor, p_e: torch.Tensor, inside: torch.Tensor, rows: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:func:`stop_absence_` with the derivatives at K rows only: (p0 (B, V), dw (B, K, V)).
+
+        q (B, M, V) factors (1 on rows outside), OVERWRITTEN with the running products
+        C_L = Π_{j≤L} q_j; p_e (B, M) (0 outside); inside (B, M) bool; rows (B, K) int64. With
+        A_L = C_{L−1}: tail_i = Σ_{L>i} A_L p_L(e) + A_M = Σ_{i≤L<M−1} C_L p_{L+1}(e) + C_{M−1} and
+        p0 = p_0(e) + tail_{−1}, so the K tails and p0 are one batched product of the weights
+        p_{L+1}(e)·1[L ≥ i] (1 at L = M − 1) with C; dw_i = tail_i / q_i.
+        """
+        B, M, V = q.shape
+        dev = q.device
+        if M == 0:
+            return torch.ones(B, V, dtype=q.dtype, device=dev), torch.zeros(B, rows.shape[1], V, dtype=q.dtype, device=dev)
+        q_rows = torch.gather(q, 1, rows[..., None].expand(-1, -1, V))  # (B, K, V)
+        scan_rows_(q, "mul")  # C_L
+        with serial_on_cpu(dev):
+            nxt = torch.cat([p_e[:, 1:], torch.ones(B, 1, dtype=q.dtype, device=dev)], 1)  # (B, M) weight of C_L
+            start = torch.cat([rows, torch.zeros(B, 1, dtype=rows.dtype, device=dev)], 1)  # (B, K + 1); last: p0
+            wt = nxt[:, None, :] * (torch.arange(M, device=dev)[None, None, :] >= start[..., None]).to(q.dtype)
+        out = torch.bmm(wt, q)  # (B, K + 1, V)
+        with serial_on_cpu(dev):
+            p0 = out[:, -1] + p_e[:, :1]
+        dw = torch.div(out[:, :-1], q_rows, out=q_rows)  # (B, K, V) contiguous
+        with serial_on_cpu(dev):
+            dw.masked_fill_(~torch.gather(inside, 1, rows)[..., None], 0.0)
+        return p0, dw
+
     def project_sparse(self, tok: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Φᵀx from :meth:`sparse_weights`' (tok, x), both (B, N) → (B, D) float32.
 
@@ -491,7 +521,7 @@ class Sketch(Component):
 
     def expected_weights_stopping(
         self, tokens: torch.Tensor, masked: torch.Tensor, probs: torch.Tensor, positions: torch.Tensor,
-        valid: torch.Tensor, eos: int,
+        valid: torch.Tensor, eos: int, rows: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """E[x(Y_{<L})] of the text cut at its first EOS, under independent marginals, and its derivative.
 
@@ -523,11 +553,15 @@ class Sketch(Component):
             positions: (B, M) int64 canvas position of each row of ``probs`` (increasing per text on
                 the valid rows); valid: (B, M) bool, which rows are masked positions.
             eos: the EOS id e, in [0, V).
+            rows: (B, K) int64 rows of ``probs`` at which dw is wanted (the rows to tilt), or None for
+                every row. With ``presence`` this skips the suffix scan and the scratch buffer: the
+                tails at K rows are one (B, K + 1, M) × (B, M, V) product with the running products
+                (cheaper while K ≪ M).
 
         Returns:
             w_hat (B, V) float32 (0 at e and on excluded tokens), n_hat (B,) float32 (≥ 1), and
-            dw (B, M, 1) for ``count`` (r_i) or (B, M, V) for ``presence`` (the storage of ``probs``):
-            ∂ŵ_v/∂p_i(v) at each row (0 on invalid rows, at e, after a frozen EOS and, in column v,
+            dw (B, M, 1) for ``count`` (r_i) or (B, M, V) for ``presence`` (the storage of ``probs``),
+            (B, K, ·) at ``rows`` if given (a fresh tensor): ∂ŵ_v/∂p_i(v) at each row (0 on invalid rows, at e, after a frozen EOS and, in column v,
             from v's first frozen position on).
         """
         B, G = tokens.shape
@@ -559,6 +593,8 @@ class Sketch(Component):
                 w[:, eos] = 0.0
                 if keep is not None:
                     w = w * keep
+                if rows is not None:
+                    r_rows = torch.gather(r_rows, 1, rows)  # (B, K)
                 return w, n_hat, r_rows[..., None]
         # presence. The (B, G), (B, V) and (n, M) bookkeeping runs on one thread (see serial_on_cpu)
         M = probs.shape[1]
@@ -579,16 +615,25 @@ class Sketch(Component):
         # q_j(v) = max(1 − p_j(e) − p_j(v), 10⁻⁶) on rows inside, 1 elsewhere (in place in probs)
         torch.sub((1.0 - p_e)[..., None], probs, out=probs).clamp_(min=1e-6)
         probs[out_b, out_m] = 1.0
-        p0 = stop_absence_(probs, p_e[..., None], None, self._scratch(probs.shape, probs.dtype, dev))  # (B, V) P(x_v = 0)
-        dw = probs  # now ∂ŵ_v/∂p_i(v)
-        dw[out_b, out_m] = 0.0
+        if rows is None:
+            p0 = stop_absence_(probs, p_e[..., None], None, self._scratch(probs.shape, probs.dtype, dev))  # (B, V) P(x_v = 0)
+            dw = probs  # now ∂ŵ_v/∂p_i(v)
+            dw[out_b, out_m] = 0.0
+        else:
+            p0, dw = self._stop_absence_at_rows(probs, p_e, inside, rows)
         with serial_on_cpu(dev):
             if pair.numel():
                 before_g = (positions[bj] < g[bj, vj][:, None]) & inside[bj]  # (n, M) rows that count in column v
                 q_c = torch.where(before_g, (1.0 - p_e[bj]) - cols, 1.0).clamp_(min=1e-6)[..., None]  # (n, M, 1)
                 zero = torch.zeros(len(pair), 1, dtype=probs.dtype, device=dev)  # no A_M term: v is reached at g_v
                 p0[bj, vj] = stop_absence_(q_c, (p_e[bj] * before_g)[..., None], zero, torch.empty_like(q_c))[:, 0]
-                dw.view(-1)[flat] = q_c[..., 0].masked_fill_(~before_g, 0.0)  # rows outside, or from g_v on: 0
+                dw_c = q_c[..., 0].masked_fill_(~before_g, 0.0)  # (n, M); rows outside, or from g_v on: 0
+                if rows is None:
+                    dw.view(-1)[flat] = dw_c
+                else:
+                    K = rows.shape[1]
+                    at = (bj * K * V + vj)[:, None] + torch.arange(K, device=dev)[None, :] * V  # (n, K) offsets in dw
+                    dw.view(-1)[at] = torch.gather(dw_c, 1, rows[bj])
             dw[..., eos] = 0.0
             w = (1.0 - p0).clamp_(0.0, 1.0)
             w[:, eos] = 0.0

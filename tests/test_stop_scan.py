@@ -125,13 +125,24 @@ def test_cut_sketch_scans_equal_float64_sums(counting, seed):
     mpos, mvalid = packed_masked_positions(masked)
     packed = torch.gather(probs, 1, mpos[..., None].expand(-1, -1, V)).clone()
     packed[~mvalid] = 0.5
-    wp, n_p, dwp = sketch.expected_weights_stopping(tokens, masked, packed, mpos, mvalid, EOS)
+    wp, n_p, dwp = sketch.expected_weights_stopping(tokens, masked, packed.clone(), mpos, mvalid, EOS)
     dwp = dwp.expand(-1, -1, V)
     assert torch.allclose(wp.double(), w_ref, atol=2e-5, rtol=0)
     assert torch.allclose(n_p, n, rtol=1e-6)
     ref_rows = torch.gather(dw_ref, 1, mpos[..., None].expand(-1, -1, V))
     assert torch.allclose(dwp[mvalid].double(), ref_rows[mvalid], atol=2e-5, rtol=0)
     assert torch.all(dwp[~mvalid] == 0)
+    # dw at chosen rows only (the rows to tilt): the same values, on both layouts
+    g = torch.Generator().manual_seed(seed)
+    for layout_probs, layout_pos, layout_valid, full_dw in ((probs, pos, masked, dw), (packed, mpos, mvalid, dwp)):
+        rows = torch.randint(0, layout_pos.shape[1], (B, 5), generator=g)
+        rows[0, 0] = 0
+        rows[:, -1] = layout_pos.shape[1] - 1  # the last row: its tail is A_M alone
+        wr, nr, dwr = sketch.expected_weights_stopping(tokens, masked, layout_probs.clone(), layout_pos, layout_valid, EOS,
+                                                       rows=rows)
+        assert torch.allclose(wr, w, atol=1e-6) and torch.allclose(nr, n, rtol=1e-6)
+        want = torch.gather(full_dw, 1, rows[..., None].expand(-1, -1, V))
+        assert torch.allclose(dwr.expand_as(want), want, atol=2e-6, rtol=1e-5)
 
 
 def test_tail_after_a_floored_factor_is_not_a_difference_of_sums():
