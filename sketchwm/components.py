@@ -561,8 +561,9 @@ class Sketch(Component):
         Returns:
             w_hat (B, V) float32 (0 at e and on excluded tokens), n_hat (B,) float32 (≥ 1), and
             dw (B, M, 1) for ``count`` (r_i) or (B, M, V) for ``presence`` (the storage of ``probs``),
-            (B, K, ·) at ``rows`` if given (a fresh tensor): ∂ŵ_v/∂p_i(v) at each row (0 on invalid rows, at e, after a frozen EOS and, in column v,
-            from v's first frozen position on).
+            (B, K, ·) at ``rows`` if given (a fresh tensor): ∂ŵ_v/∂p_i(v) at each row (0 on invalid
+            rows, at e, after a frozen EOS and, in column v, from v's first frozen position on).
+            Source: eq. (5) extended to the text cut at its first EOS (issue 13; the paper has no EOS).
         """
         B, G = tokens.shape
         V = probs.shape[-1]
