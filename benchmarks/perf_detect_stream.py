@@ -14,7 +14,8 @@ tokenizer, analytic threshold), as a user with no calibration file runs it.
 
 Usage: python benchmarks/perf_detect_stream.py [--size-mb 1024] [--chunk-size 4096]
 Last line: {"input_mb": ..., "peak_rss_mb": ..., "records": ..., "records_per_s": ..., ...}
-(MB = 10^6 bytes; ``peak_rss_mb`` is the larger of ru_maxrss and the polled maximum.)
+(MB = 10^6 bytes; ``peak_rss_mb`` is the larger of ru_maxrss and the polled maximum; ru_maxrss covers
+every child this process has waited for, which run as a script is the detect child alone.)
 """
 
 from __future__ import annotations
