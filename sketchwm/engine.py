@@ -232,9 +232,16 @@ class MarginalSource:
 
     def fetch(self, canvas: Canvas, positions: torch.Tensor, valid: torch.Tensor, step: int) -> torch.Tensor:
         """Backend logits at generation positions (B, R) int64 → (B, R, V) float32, banned ids at -inf,
-        checked on the ``valid`` rows (:func:`check_logits`)."""
+        checked on the ``valid`` rows (:func:`check_logits`).
+
+        Raises:
+            InputError: logits of another shape, or NaN/inf on a valid row.
+        """
         x, attn = canvas.model_inputs()
         logits = self.lm_head(x, attn, positions + canvas.prompt_ids.shape[1]).float()
+        want = (*positions.shape, self.backend.vocab_size)
+        if logits.shape != want:
+            raise InputError(f"backend '{self.backend.name}' returned logits of shape {tuple(logits.shape)}, expected {want}")
         if self.banned.numel():
             logits[..., self.banned] = float("-inf")
         check_logits(logits, valid, f"backend '{self.backend.name}'", step)
