@@ -870,6 +870,10 @@ class WatermarkScheme(Component):
       * :meth:`sampling_uniforms` — keyed uniforms replacing the sampling noise, when :attr:`noise`
         is ``"keyed"`` (distortion-free schemes).
 
+    Which positions are committed is the sampler's remasking rule alone
+    (:class:`sketchwm.engine.RemaskingRule`); no scheme changes it, so random remasking can pick
+    the targets before any marginal is computed.
+
     Args:
         params: validated ``Params``.
         key: the :class:`sketchwm.keys.WatermarkKey`.
