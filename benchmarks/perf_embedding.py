@@ -38,7 +38,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _perf import add_common_args, builtin_registry, interleaved, median_ms, setup  # noqa: E402
 
-from sketchwm.components import DenoiseStep  # noqa: E402
+from sketchwm.components import DenoiseStep, Marginals  # noqa: E402
 from sketchwm.keys import WatermarkKey  # noqa: E402
 
 
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     out_emb = torch.empty_like(logits)
 
     def embed(scheme, out: torch.Tensor) -> torch.Tensor:
-        step = DenoiseStep(10, 64, tokens, masked, out, torch.zeros(B, 1, dtype=torch.long, device=dev),
+        step = DenoiseStep(10, 64, tokens, masked, Marginals.canvas(out, masked), torch.zeros(B, 1, dtype=torch.long, device=dev),
                            torch.ones(B, 1, dtype=torch.bool, device=dev), (0, G), V)
         return scheme.process_logits(step)
 

@@ -4,12 +4,13 @@ For every registered scheme (or ``--schemes``), on the default DLM with its ship
 (random remasking), the same prompts and seed: seconds to generate ``--batch`` texts of
 ``--gen-length`` tokens with the scheme, divided by the seconds of the unwatermarked sampler in the
 same repeat (interleaved, so machine noise cancels; the median ratio over ``--repeats`` is printed).
-Schemes with ``needs_all_marginals = False`` also run with the flag forced on, which shows what the
-sampled-rows path of :class:`sketchwm.engine.MaskedDiffusionSampler` saves (the LM head and the
-scheme's hooks run on the K sampled rows instead of all masked rows). Schemes with
-``packed_marginals = True`` (the global sketch) also run with it forced off, which shows what the
-packed path saves (LM head on the masked rows only, packed (B, M, V), the tilt applied to the K
-sampled rows, no zero-filled (B, P+G, V) logits).
+Schemes that declare ``reads = MarginalReads.sampled()`` also run forced to read every masked row
+(``MarginalReads.masked()``), which shows what the declaration saves in
+:class:`sketchwm.engine.MaskedDiffusionSampler` (the LM head runs on the K sampled rows instead of
+all masked rows). The other schemes (the global sketch, red-green-dlm) also run with the reference
+:class:`sketchwm.engine.FullCanvasMarginals` (the LM head on all P+G positions, then the rows picked),
+which shows what the exact packed :class:`sketchwm.engine.MarginalSource` saves (LM head on the
+declared rows only, packed (B, R, V), the tilt applied to the K sampled rows).
 
 Usage: python benchmarks/perf_row_path.py [--schemes unigram,global-sketch] [--repeats 3]
 Last line: one JSON object {scheme: median ratio to unwatermarked}.
@@ -25,16 +26,23 @@ import time
 
 import torch
 
+from sketchwm.components import MarginalReads
 from sketchwm.data import load
-from sketchwm.engine import MaskedDiffusionSampler
+from sketchwm.engine import FullCanvasMarginals, MaskedDiffusionSampler
 from sketchwm.keys import WatermarkKey
 from sketchwm.registry import get_registry
 
 
-def _time(backend, cfg: dict, scheme, prompts: list[str], seed: int) -> float:
+def _time(backend, cfg: dict, scheme, prompts: list[str], seed: int, source=None) -> float:
     t0 = time.perf_counter()
-    MaskedDiffusionSampler(backend, cfg, scheme).generate(prompts, torch.Generator().manual_seed(seed))
+    MaskedDiffusionSampler(backend, cfg, scheme, marginal_source=source).generate(prompts, torch.Generator().manual_seed(seed))
     return time.perf_counter() - t0
+
+
+def _reading_every_masked_row(scheme):
+    """The scheme re-typed to declare ``MarginalReads.masked()``."""
+    scheme.__class__ = type(f"{type(scheme).__name__}ReadsMasked", (type(scheme),), {"reads": MarginalReads.masked()})
+    return scheme
 
 
 def main() -> None:
@@ -52,24 +60,25 @@ def main() -> None:
     key = WatermarkKey(hashlib.sha256(b"sketchwm/benchmarks/perf_row_path").digest())
     cfg = {"gen_length": args.gen_length}
     prompts = list(load("prompts"))[: args.batch]
-    variants: list[tuple[str, str, dict[str, bool]]] = []
+    variants: list[tuple[str, str, str]] = []  # (label, scheme, variant: "" | "masked reads" | "full canvas")
     for name in [s for s in args.schemes.split(",") if s] or reg.names("scheme"):
-        variants.append((name, name, {}))
-        cls = reg.get("scheme", name)
-        if not cls.needs_all_marginals:
-            variants.append((f"{name} (all marginals forced)", name, {"needs_all_marginals": True}))
-        elif cls.packed_marginals:
-            variants.append((f"{name} (packed path off)", name, {"packed_marginals": False}))
+        variants.append((name, name, ""))
+        reads = reg.create("scheme", name, {}, key, backend.vocab_size).reads
+        if reads == MarginalReads.sampled():
+            variants.append((f"{name} (every masked row read)", name, "masked reads"))
+        else:
+            variants.append((f"{name} (full-canvas LM head)", name, "full canvas"))
     _time(backend, cfg, None, prompts[:2], 0)  # warm-up
     ratios: dict[str, list[float]] = {label: [] for label, _, _ in variants}
     base_s: list[float] = []
     for rep in range(args.repeats):
-        for label, name, force in variants:
+        for label, name, variant in variants:
             scheme = reg.create("scheme", name, {}, key, backend.vocab_size)
-            for attr, value in force.items():
-                setattr(scheme, attr, value)
+            if variant == "masked reads":
+                _reading_every_masked_row(scheme)
+            source = FullCanvasMarginals if variant == "full canvas" else None
             base = _time(backend, cfg, None, prompts, rep)
-            ratios[label].append(_time(backend, cfg, scheme, prompts, rep) / base)
+            ratios[label].append(_time(backend, cfg, scheme, prompts, rep, source) / base)
             base_s.append(base)
     print(f"unwatermarked: median {statistics.median(base_s):.2f} s per {args.batch} texts of {args.gen_length} tokens")
     print(f"{'scheme':42s}{'time / unwatermarked':>22s}")

@@ -1,8 +1,9 @@
 """How much each scheme's tilt moves the marginals it samples from: KL(p̃‖p) and Var_p(shift).
 
 On the default DLM with its shipped sampler, ``--n-prompts`` shipped prompts × 128 tokens, every
-denoising step of each scheme is intercepted: for the masked positions of the current block
-(those the sampler can commit), the untilted marginal p = softmax(l) and the tilted one
+denoising step of each scheme is intercepted: for the rows the sampler samples at that step (its
+target rows; under random remasking a uniformly random subset of the masked positions of the
+current block), the untilted marginal p = softmax(l) and the tilted one
 p̃ = softmax(l + shift) give KL(p̃‖p) (nats), the variance of the logit shift under p, and the
 standard deviation of the shift over the vocabulary. Means over positions and steps are printed,
 one line per setting. (Distortion-free schemes do not tilt: KL 0.)
@@ -35,16 +36,13 @@ def probe(backend, name: str, params: dict, prompts: list[str], key: WatermarkKe
     """Mean (KL(p̃‖p), Var_p(shift), sd of the shift over the vocabulary) over the steps of one generation."""
     reg = get_registry()
     scheme = reg.create("scheme", name, params, key, backend.vocab_size)
-    scheme.needs_all_marginals = True  # full (B, G, V) rows, so the block's masked rows are all visible
-    scheme.packed_marginals = False
     stats: list[tuple[float, float, float]] = []
     tilt = scheme.process_logits
 
     def wrapped(step):
-        base = step.logits.clone()
+        base = step.marginals.target_logits().clone()  # (B, K, V), before the hook tilts it
         out = tilt(step)
-        g = torch.arange(step.tokens.shape[1], device=base.device)[None]
-        rows = step.masked & (g >= step.block[0]) & (g < step.block[1])  # (B, G)
+        rows = step.marginals.target_valid  # (B, K)
         lp, lq = torch.log_softmax(base[rows], -1), torch.log_softmax(out[rows], -1)  # (M, V)
         p, q = lp.exp(), lq.exp()
         kl = (q * (lq - lp).nan_to_num(0.0)).sum(-1)  # (M,)

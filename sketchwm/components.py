@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Literal, Sequence
 
 import numpy as np
 import torch
@@ -36,6 +36,9 @@ __all__ = [
     "ScoreFunction",
     "DLMBackend",
     "DenoiseStep",
+    "MarginalReads",
+    "Marginals",
+    "packed_masked_positions",
     "WatermarkScheme",
     "SchemeScores",
     "Attack",
@@ -816,6 +819,180 @@ class DLMBackend(Component):
 
 
 # ============================================================================ schemes
+def packed_masked_positions(masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices of the True positions of each row, packed to the left.
+
+    Args:
+        masked: (B, G) bool, e.g. M_t.
+
+    Returns:
+        positions (B, M) int64 with M = the largest count of a row: row b lists its True positions
+        in increasing order, then (padding) some of its False positions; valid (B, M) bool, True on
+        the former. Indices within a row are distinct.
+    """
+    counts = masked.sum(1)  # (B,)
+    M = int(counts.max()) if masked.numel() else 0
+    order = torch.argsort((~masked).to(torch.uint8), dim=1, stable=True)[:, :M]  # True first, in order
+    valid = torch.arange(M, device=masked.device)[None, :] < counts[:, None]
+    return order, valid
+
+
+@dataclass(frozen=True)
+class MarginalReads:
+    """What a scheme's hooks read of the marginals at a denoising step: its declaration.
+
+    The engine computes the LM head on these rows only and derives its fast path from this alone
+    (:class:`Marginals` says what it passes). Build one with:
+
+    * :meth:`sampled` — only the rows about to be sampled (the targets): the hooks transform each
+      target row from that row alone (Unigram, KGW, AAR, KTH).
+    * :meth:`masked` — every masked row (default): the hooks read a statistic over M_t, such as the
+      global sketch's Σ_{i∈M_t} p_i of eq. 5 of the seed paper.
+    * :meth:`near` — the masked rows within ``radius`` positions of a target (red-green-dlm's
+      neighbour marginals, Gloaguen et al. 2025).
+
+    Attributes:
+        kind: ``sampled``, ``masked`` or ``near``.
+        radius: r >= 0 for ``near`` (0 otherwise).
+
+    Raises:
+        ValueError: an unknown kind or a negative radius.
+    """
+
+    kind: Literal["sampled", "masked", "near"] = "masked"
+    radius: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("sampled", "masked", "near"):
+            raise ValueError(f"unknown marginal reads kind {self.kind!r}")
+        if self.radius < 0 or (self.radius and self.kind != "near"):
+            raise ValueError(f"radius must be >= 0 and only given with kind 'near', got {self.radius} with {self.kind!r}")
+
+    @classmethod
+    def sampled(cls) -> "MarginalReads":
+        """Only the target rows."""
+        return cls("sampled")
+
+    @classmethod
+    def masked(cls) -> "MarginalReads":
+        """Every masked row of the canvas (all blocks)."""
+        return cls("masked")
+
+    @classmethod
+    def near(cls, radius: int) -> "MarginalReads":
+        """The masked rows within ``radius`` positions of a target (and the targets)."""
+        return cls("near", int(radius))
+
+    def layout(self, masked: torch.Tensor, targets: torch.Tensor,
+               target_valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The rows to compute for a step and where the targets sit among them.
+
+        Args:
+            masked: (B, G) bool, M_t.
+            targets: (B, K) int64 distinct generation-region positions about to be sampled.
+            target_valid: (B, K) bool, False on padding entries (ignored by the engine).
+
+        Returns:
+            positions (B, R) int64 and valid (B, R) bool of the rows (``sampled``: the targets
+            themselves, in their order; else the declared masked rows in increasing position order,
+            padding after), and rows (B, K) int64, the row of each target.
+        """
+        B, K = targets.shape
+        if self.kind == "sampled":
+            return targets, target_valid, torch.arange(K, device=targets.device).expand(B, K)
+        need = masked
+        if self.kind == "near":  # masked rows within r of a target: a max-pool of the targets' indicator
+            chosen = torch.zeros_like(masked).scatter(1, targets, target_valid)
+            near = torch.nn.functional.max_pool1d(chosen[:, None, :].float(), kernel_size=2 * self.radius + 1,
+                                                  stride=1, padding=self.radius)[:, 0]
+            need = masked & (near > 0)
+        positions, valid = packed_masked_positions(need)  # (B, R)
+        row_of = torch.zeros_like(masked, dtype=torch.long).scatter_(
+            1, positions, torch.arange(positions.shape[1], device=masked.device).expand(B, -1))  # (B, G)
+        return positions, valid, torch.gather(row_of, 1, targets)
+
+
+@dataclass
+class Marginals:
+    """The model's marginals (as logits) of some rows of the generation region, packed: the one
+    shape in which every scheme sees them (see :class:`MarginalReads`).
+
+    Attributes:
+        logits: (B, R, V) float32, the marginals p_i as logits, banned ids at -inf; rows with
+            ``valid`` False hold unspecified values. Hooks must not modify it (use
+            :meth:`target_logits`).
+        positions: (B, R) int64 generation-region index i of each row; the valid rows of a text are
+            distinct (in increasing order unless the scheme reads only the sampled rows).
+        valid: (B, R) bool, True on rows of masked positions.
+        targets: (B, K) int64, the rows about to be tilted and sampled: indices into ``logits``.
+        target_valid: (B, K) bool, False on padding targets (a text that commits fewer than K
+            tokens); the engine ignores what the hooks return for them.
+
+    Raises:
+        ValueError: shapes that disagree.
+    """
+
+    logits: torch.Tensor
+    positions: torch.Tensor
+    valid: torch.Tensor
+    targets: torch.Tensor
+    target_valid: torch.Tensor
+
+    def __post_init__(self) -> None:
+        if self.logits.dim() != 3 or self.positions.shape != self.logits.shape[:2] or self.valid.shape != self.positions.shape:
+            raise ValueError(f"marginals: logits {tuple(self.logits.shape)}, positions {tuple(self.positions.shape)} and "
+                             f"valid {tuple(self.valid.shape)} must be (B, R, V), (B, R), (B, R)")
+        if self.targets.dim() != 2 or self.targets.shape != self.target_valid.shape or self.targets.shape[0] != self.logits.shape[0]:
+            raise ValueError(f"marginals: targets {tuple(self.targets.shape)} and target_valid "
+                             f"{tuple(self.target_valid.shape)} must both be (B, K) with B = {self.logits.shape[0]}")
+        R, K = self.logits.shape[1], self.targets.shape[1]
+        #: the targets are exactly the rows, in order (then :meth:`target_logits` is ``logits`` itself)
+        self.rows_are_targets = R == K and bool(
+            (self.targets == torch.arange(K, device=self.targets.device)).all())
+
+    @classmethod
+    def canvas(cls, logits: torch.Tensor, masked: torch.Tensor) -> "Marginals":
+        """Every position of the generation region as a row, every masked one a target.
+
+        For code holding the full canvas (user sampling loops, tests): logits (B, G, V) float32,
+        masked (B, G) bool; unmasked rows are padding. The hooks then return (B, G, V).
+        """
+        B, G = masked.shape
+        rows = torch.arange(G, device=masked.device).expand(B, G)
+        return cls(logits, rows, masked, rows, masked)
+
+    @classmethod
+    def select(cls, logits: torch.Tensor, masked: torch.Tensor, targets: torch.Tensor, target_valid: torch.Tensor,
+               reads: MarginalReads | None = None) -> "Marginals":
+        """What the engine passes for ``reads`` (default: every masked row), picked from full-canvas
+        logits (B, G, V): masked (B, G) bool, targets (B, K) int64 positions, target_valid (B, K) bool."""
+        positions, valid, rows = (reads or MarginalReads.masked()).layout(masked, targets, target_valid)
+        return cls(torch.gather(logits, 1, positions[..., None].expand(-1, -1, logits.shape[-1])), positions, valid,
+                   rows, target_valid)
+
+    @property
+    def target_positions(self) -> torch.Tensor:
+        """(B, K) int64, the generation-region position of each target."""
+        return torch.gather(self.positions, 1, self.targets)
+
+    def at_target_rows(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-row values (B, R, ...) at the targets: (B, K, ...) (``x`` itself when the rows are the targets)."""
+        if self.rows_are_targets:
+            return x
+        idx = self.targets.reshape(self.targets.shape + (1,) * (x.dim() - 2)).expand(-1, -1, *x.shape[2:])
+        return torch.gather(x, 1, idx)
+
+    def at_targets(self, x: torch.Tensor) -> torch.Tensor:
+        """Per-position values (B, G, ...) of the generation region at the targets: (B, K, ...)."""
+        pos = self.target_positions
+        return torch.gather(x, 1, pos.reshape(pos.shape + (1,) * (x.dim() - 2)).expand(-1, -1, *x.shape[2:]))
+
+    def target_logits(self) -> torch.Tensor:
+        """(B, K, V) float32, the targets' logits, a tensor the caller may modify in place: ``logits``
+        itself when the rows are the targets (read what you need from ``logits`` first), else a copy."""
+        return self.at_target_rows(self.logits)
+
+
 @dataclass
 class DenoiseStep:
     """What a watermark scheme sees at one denoising step (generation region only).
@@ -825,49 +1002,25 @@ class DenoiseStep:
         total_steps: T.
         tokens: (B, G) int64, current generation-region tokens (``mask_token_id`` where masked).
         masked: (B, G) bool, M_t restricted to the generation region.
-        logits: (B, G, V) float32, the model's marginals as logits at the masked positions (banned ids
-            at -inf); rows of unmasked positions hold unspecified finite values.
+        marginals: the :class:`Marginals` of the rows the scheme declared it reads
+            (:attr:`WatermarkScheme.reads`) and the target rows about to be sampled.
         prompt_ids: (B, P) int64, left-padded prompts.
         prompt_mask: (B, P) bool, True on real prompt tokens.
         block: (start, end) of the block being decoded, in generation-region coordinates.
         mask_token_id: id of [MASK].
         generator: the sampler's torch.Generator (schemes should prefer keyed randomness).
-        positions: None when ``logits`` covers all G positions; else (B, K) int64 generation-region
-            indices of the K rows of ``logits`` (then (B, K, V)): the engine passes only the rows it
-            is about to sample to schemes with ``needs_all_marginals = False`` (random remasking).
-            Rows where a text commits fewer than K tokens repeat other indices and are ignored.
-        masked_logits: None, or — for schemes with ``packed_marginals = True`` on the sampled-rows
-            path — (B, M, V) float32, the marginals (as logits, banned ids at -inf) of every masked
-            position (of those within ``marginal_radius`` of a sampled row when the scheme sets
-            one), packed: row j of text b is position ``masked_positions[b, j]``. ``logits`` then
-            holds only the K sampled rows (``positions``), which are among them.
-        masked_positions: (B, M) int64 generation-region indices of ``masked_logits``' rows, or None.
-        masked_valid: (B, M) bool, False on padding rows (texts with fewer than M masked positions;
-            their ``masked_logits`` rows are unspecified), or None.
     """
 
     step: int
     total_steps: int
     tokens: torch.Tensor
     masked: torch.Tensor
-    logits: torch.Tensor
+    marginals: Marginals
     prompt_ids: torch.Tensor
     prompt_mask: torch.Tensor
     block: tuple[int, int]
     mask_token_id: int
     generator: torch.Generator | None = None
-    positions: torch.Tensor | None = None
-    masked_logits: torch.Tensor | None = None
-    masked_positions: torch.Tensor | None = None
-    masked_valid: torch.Tensor | None = None
-
-    def at_rows(self, x: torch.Tensor) -> torch.Tensor:
-        """Per-position values (B, G, ...) restricted to the rows of ``logits``: (B, K, ...), or ``x``
-        itself when ``positions`` is None."""
-        if self.positions is None:
-            return x
-        idx = self.positions.reshape(self.positions.shape + (1,) * (x.dim() - 2)).expand(-1, -1, *x.shape[2:])
-        return torch.gather(x, 1, idx)
 
 
 @dataclass
@@ -892,10 +1045,16 @@ class SchemeScores:
 class WatermarkScheme(Component):
     """A watermark: hooks the engine calls during denoising, and a detector.
 
-    With no scheme the engine samples the base model. A scheme may
-      * tilt the marginals (:meth:`process_logits`),
-      * supply the sampling randomness (:meth:`sampling_uniforms`; distortion-free schemes),
-      * change the remasking confidence (:meth:`remasking_confidence`).
+    With no scheme the engine samples the base model. At each step the engine picks the target
+    rows (the positions it may commit), computes the marginals of the rows the scheme declares in
+    :attr:`reads`, and calls
+      * :meth:`process_logits` — the tilted logits of the target rows (B, K, V),
+      * :meth:`sampling_uniforms` — keyed uniforms replacing the sampling noise, when :attr:`noise`
+        is ``"keyed"`` (distortion-free schemes).
+
+    Which positions are committed is the sampler's remasking rule alone
+    (:class:`sketchwm.engine.RemaskingRule`); no scheme changes it, so random remasking can pick
+    the targets before any marginal is computed.
 
     Args:
         params: validated ``Params``.
@@ -907,21 +1066,13 @@ class WatermarkScheme(Component):
     kind = "scheme"
     #: Minimum number of tokens for a meaningful detection; shorter texts raise InputError.
     min_tokens: int = 16
-    #: True: the hooks read the marginals of every masked position (the sketch's expected sketch,
-    #: eq. 5; red-green-dlm's neighbour marginals), so the engine computes all of them. False: the
-    #: hooks only transform the rows that are sampled, and with random remasking the engine runs
-    #: the LM head on those rows only and passes (B, K, V) logits with ``DenoiseStep.positions``.
-    needs_all_marginals: bool = True
-    #: True (with ``needs_all_marginals``): the hooks read the other positions' marginals only
-    #: through a statistic over the masked set (the sketch's Σ_{i∈M_t} p_i of eq. 5) and transform
-    #: the sampled rows by it. With random remasking the engine then computes the LM head on the
-    #: masked rows only, passes them packed in ``DenoiseStep.masked_logits`` (B, M, V), and passes
-    #: the K sampled rows in ``logits`` (B, K, V) with ``positions``: no (B, G, V) tensor is built.
-    packed_marginals: bool = False
-    #: With ``packed_marginals``: None — the hooks need every masked row; r >= 0 — they need only
-    #: the masked rows within r positions of a sampled row (a scheme whose tilt reads neighbours
-    #: only, such as a context-hashed green list), and the engine packs just those.
-    marginal_radius: int | None = None
+    #: Which rows of the marginals the hooks read (:class:`MarginalReads`); the engine runs the LM
+    #: head on those rows only. A scheme whose reads depend on its params makes this a property.
+    reads: MarginalReads = MarginalReads.masked()
+    #: ``"sampler"``: tokens are drawn with the sampler's Gumbel noise (from its generator);
+    #: ``"keyed"``: the scheme's :meth:`sampling_uniforms` supplies it (the engine calls that hook
+    #: only then; user sampling loops cannot run such a scheme, :class:`sketchwm.userloop.LogitsTilter`).
+    noise: Literal["sampler", "keyed"] = "sampler"
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):
         self.params = self.parse_params(params)
@@ -958,21 +1109,18 @@ class WatermarkScheme(Component):
         """Called once before a batch is denoised (reset per-generation state). Default: nothing."""
 
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
-        """Tilted marginals as logits, shaped like ``step.logits`` ((B, G, V), or (B, K, V) with
-        ``step.positions``), float32. Only masked positions matter.
+        """Tilted marginals of the target rows as logits: (B, K, V) float32 (K = the targets of
+        ``step.marginals``); what is returned for padding targets is ignored.
 
-        A scheme may modify ``step.logits`` in place and return it (the engine owns that tensor and
-        does not reuse the untilted values). Default: unchanged.
+        A scheme may modify ``step.marginals.target_logits()`` in place and return it. Default:
+        the targets' logits unchanged.
         """
-        return step.logits
+        return step.marginals.target_logits()
 
     def sampling_uniforms(self, step: DenoiseStep) -> torch.Tensor | None:
-        """Keyed uniforms in (0, 1) shaped like ``step.logits`` replacing the Gumbel noise, or None (default)."""
+        """Keyed uniforms in (0, 1) replacing the Gumbel noise of the target rows: (B, K, V) float32,
+        or None (default). Called only when :attr:`noise` is ``"keyed"``, after :meth:`process_logits`."""
         return None
-
-    def remasking_confidence(self, step: DenoiseStep, confidence: torch.Tensor) -> torch.Tensor:
-        """Adjust the (B, G) confidence used to pick which positions to unmask. Default: unchanged."""
-        return confidence
 
     # -------------------------------------------------------------- detection
     # The one detection contract (shared with ScoreFunction.p_values / analytic_threshold):

@@ -1,22 +1,27 @@
 """The masked-diffusion sampler: one engine for every backend and every watermark scheme.
 
-LLaDA-style semi-autoregressive decoding (Nie et al. 2025, "Large Language Diffusion Models",
-Alg. "low-confidence remasking"): the generation region of ``gen_length`` masked tokens is split
-into blocks of ``block_length``; each block is decoded in ``steps / n_blocks`` steps, unmasking a
-fixed number of positions per step. At each step:
+LLaDA-style semi-autoregressive decoding (Nie et al. 2025, "Large Language Diffusion Models", their
+``generate.py``): the generation region of ``gen_length`` masked tokens is split into blocks of
+``block_length``; each block is decoded in ``steps / n_blocks`` steps, unmasking a fixed number k of
+positions per step (:func:`transfer_schedule`). At each step:
 
-1. the backend returns logits for every position; banned ids are set to -inf;
-2. the watermark scheme (if any) tilts the marginals of the masked positions
-   (:meth:`WatermarkScheme.process_logits`, paper Alg. 1 line 5-9);
-3. a candidate token x0 is drawn at every masked position by Gumbel-max on ``logits / T``, with
-   Gumbel noise from the explicit ``torch.Generator`` or from the scheme's keyed uniforms
-   (distortion-free schemes); T = 0 is greedy;
-4. the remasking rule ranks masked positions of the current block by confidence
-   (``low_confidence``: probability of x0; ``random``; ``entropy``: negative entropy), the scheme may
-   adjust it, and the top-k positions are committed.
+1. the remasking rule picks the candidate rows (:class:`RemaskingRule`): ``random`` draws the k
+   positions before any marginal is computed; ``low_confidence`` / ``entropy`` take every masked
+   position of the block;
+2. a :class:`MarginalSource` runs the backend's LM head on the rows the scheme reads
+   (:class:`MarginalReads`: the candidates, every masked row, or the masked rows near a candidate)
+   and packs them, banned ids at -inf, into one :class:`Marginals`;
+3. the watermark scheme (if any) tilts the candidates' marginals
+   (:meth:`WatermarkScheme.process_logits`, seed paper Alg. 1 lines 5-9) and may supply keyed
+   uniforms (:meth:`WatermarkScheme.sampling_uniforms`, distortion-free schemes);
+4. a token x0 is drawn at every candidate by Gumbel-max on ``logits / T`` (:func:`sample_tokens`),
+   the noise from the explicit ``torch.Generator`` (one ``rand`` of the candidates' shape) or the
+   scheme's uniforms; T = 0 is greedy;
+5. the remasking rule keeps k candidates per text (``random``: all drawn; ``low_confidence``: the
+   highest p(x0); ``entropy``: the lowest entropy) and they are committed.
 
 With no scheme the sampler is the unwatermarked base model. Everything is vectorised over
-batch × positions × vocabulary.
+batch × positions × vocabulary; NaN/inf logits are caught in one place (:func:`check_logits`).
 """
 
 from __future__ import annotations
@@ -27,11 +32,15 @@ from typing import Literal, Sequence
 import torch
 from pydantic import Field, model_validator
 
-from .components import DenoiseStep, DLMBackend, WatermarkScheme
+from .components import DenoiseStep, DLMBackend, MarginalReads, Marginals, WatermarkScheme, packed_masked_positions
 from .config import StrictModel, validate_params
 from .errors import ConfigError, InputError
 
-__all__ = ["SamplerConfig", "MaskedDiffusionSampler", "GenerationOutput", "transfer_schedule", "packed_masked_positions"]
+__all__ = [
+    "SamplerConfig", "MaskedDiffusionSampler", "GenerationOutput", "transfer_schedule", "packed_masked_positions",
+    "sample_tokens", "check_logits", "Canvas", "MarginalSource", "FullCanvasMarginals", "RefreshedMarginals",
+    "RemaskingRule", "RandomRemasking", "LowConfidenceRemasking", "EntropyRemasking",
+]
 
 
 class SamplerConfig(StrictModel):
@@ -46,8 +55,9 @@ class SamplerConfig(StrictModel):
         top_p: nucleus filter on the tempered, tilted marginals (1.0 = off), as Dream applies it.
         remasking: which masked positions to commit first.
         stop_at_eos: cut each text at the first EOS token.
-        marginal_refresh: r >= 1. For schemes with ``packed_marginals`` on the random-remasking path:
-            the LM head runs on every masked row only every r-th step; in between, the masked rows
+        marginal_refresh: r >= 1. For schemes that read every masked row
+            (``MarginalReads.masked()``, the global sketch), with random remasking
+            (:class:`RefreshedMarginals`): the LM head runs on every masked row only every r-th step; in between, the masked rows
             that are not sampled keep their marginals from the last refresh (masked rows are never
             re-masked, so they are a subset of the refreshed ones) and only the K sampled rows are
             computed fresh. 1 (default) is the exact computation of eq. 5 at every step; the effect
@@ -113,24 +123,6 @@ def transfer_schedule(masked_in_block: torch.Tensor, steps: int) -> torch.Tensor
     return out
 
 
-def packed_masked_positions(masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Indices of the masked positions of each text, packed to the left.
-
-    Args:
-        masked: (B, G) bool, M_t.
-
-    Returns:
-        positions (B, M) int64 with M = the largest number of masked positions of a text: row b
-        lists text b's masked positions in increasing order, then (padding) some of its unmasked
-        positions; valid (B, M) bool, True on the masked ones. Indices within a row are distinct.
-    """
-    counts = masked.sum(1)  # (B,)
-    M = int(counts.max()) if masked.numel() else 0
-    order = torch.argsort((~masked).to(torch.uint8), dim=1, stable=True)[:, :M]  # masked first, in order
-    valid = torch.arange(M, device=masked.device)[None, :] < counts[:, None]
-    return order, valid
-
-
 def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """Nucleus filter: logits (..., V) → same, with -inf outside the top-p mass."""
     sorted_logits, idx = torch.sort(logits, dim=-1, descending=True)
@@ -138,6 +130,253 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     remove = cum - torch.softmax(sorted_logits, dim=-1) > top_p  # keep the token that crosses p
     sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
     return torch.empty_like(logits).scatter_(-1, idx, sorted_logits)
+
+
+def sample_tokens(logits: torch.Tensor, uniforms: torch.Tensor | None, generator: torch.Generator,
+                  temperature: float, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gumbel-max draw of one token per row (LLaDA's ``add_gumbel_noise`` + argmax; Dream's order of
+    temperature, then nucleus).
+
+    Args:
+        logits: (B, K, V) float32, the (tilted) marginals as logits.
+        uniforms: (B, K, V) keyed uniforms in (0, 1), or None for noise from ``generator``
+            (one ``torch.rand`` of shape (B, K, V)).
+        generator: the sampler's torch.Generator.
+        temperature: T; 0 is greedy argmax (no noise drawn). The tilt is already in ``logits``, so
+            relative to the tempered model its strength is η/T.
+        top_p: nucleus on the tempered marginals (1.0 = off).
+
+    Returns:
+        x0 (B, K) int64, and the tempered, filtered logits (B, K, V) the draw used.
+    """
+    scaled = logits / temperature if temperature > 0.0 else logits
+    if top_p < 1.0:
+        scaled = _top_p_filter(scaled, top_p)
+    if temperature == 0.0:
+        return scaled.argmax(-1), scaled
+    if uniforms is None:
+        uniforms = torch.rand(logits.shape, generator=generator, device=logits.device).clamp_(1e-12, 1 - 1e-7)
+    return (scaled - torch.log(-torch.log(uniforms))).argmax(-1), scaled  # (B, K): Gumbel-max
+
+
+def check_logits(logits: torch.Tensor, valid: torch.Tensor, who: str, step: int) -> None:
+    """The engine's one NaN/inf check, for the backend's logits and for a scheme's output.
+
+    Args:
+        logits: (B, R, V) float32; valid: (B, R) bool, the rows that matter.
+        who: e.g. ``backend 'tiny'``; step: the step index, for the message.
+
+    Raises:
+        InputError: a valid row holds NaN or +inf, or is -inf everywhere (amax propagates NaN).
+    """
+    if not bool(torch.isfinite(logits.amax(-1))[valid].all()):
+        raise InputError(f"{who} returned NaN or inf logits at step {step}")
+
+
+@dataclass
+class Canvas:
+    """The state of one batch being denoised.
+
+    Attributes:
+        prompt_ids: (B, P) int64 left-padded prompts; prompt_mask: (B, P) bool, True on real tokens.
+        tokens: (B, G) int64 generation region, ``mask_token_id`` where masked.
+        mask_token_id: id of [MASK].
+    """
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    tokens: torch.Tensor
+    mask_token_id: int
+
+    @property
+    def masked(self) -> torch.Tensor:
+        """(B, G) bool, M_t."""
+        return self.tokens == self.mask_token_id
+
+    def model_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Prompt + generation ids (B, P+G) int64 and the attention mask (B, P+G) bool."""
+        gen_mask = torch.ones_like(self.tokens, dtype=torch.bool)
+        return torch.cat([self.prompt_ids, self.tokens], 1), torch.cat([self.prompt_mask, gen_mask], 1)
+
+    def commit(self, targets: torch.Tensor, x0: torch.Tensor, chosen: torch.Tensor) -> None:
+        """Unmask: tokens[b, targets[b, j]] = x0[b, j] where chosen (all (B, K))."""
+        self.tokens = self.tokens.scatter(1, targets, torch.where(chosen, x0, torch.gather(self.tokens, 1, targets)))
+
+
+# ------------------------------------------------------------------ marginal sources (speed strategies)
+class MarginalSource:
+    """Where the marginals of a step come from: the backend's LM head on the rows a scheme reads.
+
+    Every strategy returns the same :class:`Marginals` for a step; they differ in what they compute.
+    This one is exact: the LM head on the declared rows only (``DLMBackend.logits_at``).
+
+    Args:
+        backend: the :class:`DLMBackend`; banned: (n,) int64 ids set to -inf.
+    """
+
+    def __init__(self, backend: DLMBackend, banned: torch.Tensor):
+        self.backend, self.banned = backend, banned
+
+    def reset(self) -> None:
+        """Forget per-generation state (called before each batch)."""
+
+    def marginals(self, canvas: Canvas, reads: MarginalReads, targets: torch.Tensor, target_valid: torch.Tensor,
+                  step: int) -> Marginals:
+        """The :class:`Marginals` of ``reads`` for the targets (B, K) int64 / (B, K) bool at this step.
+
+        Raises:
+            InputError: NaN or inf logits from the backend on a valid row.
+        """
+        positions, valid, rows = reads.layout(canvas.masked, targets, target_valid)
+        return Marginals(self.fetch(canvas, positions, valid, step), positions, valid, rows, target_valid)
+
+    def fetch(self, canvas: Canvas, positions: torch.Tensor, valid: torch.Tensor, step: int) -> torch.Tensor:
+        """Backend logits at generation positions (B, R) int64 → (B, R, V) float32, banned ids at -inf,
+        checked on the ``valid`` rows (:func:`check_logits`).
+
+        Raises:
+            InputError: logits of another shape, or NaN/inf on a valid row.
+        """
+        x, attn = canvas.model_inputs()
+        logits = self.lm_head(x, attn, positions + canvas.prompt_ids.shape[1]).float()
+        want = (*positions.shape, self.backend.vocab_size)
+        if logits.shape != want:
+            raise InputError(f"backend '{self.backend.name}' returned logits of shape {tuple(logits.shape)}, expected {want}")
+        if self.banned.numel():
+            logits[..., self.banned] = float("-inf")
+        check_logits(logits, valid, f"backend '{self.backend.name}'", step)
+        return logits
+
+    def lm_head(self, x: torch.Tensor, attn: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """The model's logits at input positions index (B, R) → (B, R, V)."""
+        return self.backend.logits_at(x, attn, index)
+
+
+class FullCanvasMarginals(MarginalSource):
+    """Reference strategy: the LM head on every position (``DLMBackend.logits``, (B, P+G, V)), then
+    the declared rows are picked from it. Slow; what the tests compare the exact strategy with."""
+
+    def lm_head(self, x: torch.Tensor, attn: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """Gather the rows ``index`` (B, R) from the full (B, P+G, V) logits."""
+        full = self.backend.logits(x, attn)
+        return torch.gather(full, 1, index[..., None].expand(-1, -1, full.shape[-1]))
+
+
+class RefreshedMarginals(MarginalSource):
+    """Amortised strategy (``SamplerConfig.marginal_refresh`` = r > 1) for schemes that read every
+    masked row: the LM head runs on all of them only every r-th step; in between, the masked rows
+    that are not targets keep their marginals from the last refresh (masked rows are never
+    re-masked, so they are a subset of the refreshed ones) and only the K target rows are computed
+    fresh. Other declarations read rows that move with the targets and are computed exactly.
+
+    Args:
+        backend, banned: as :class:`MarginalSource`; refresh: r.
+    """
+
+    def __init__(self, backend: DLMBackend, banned: torch.Tensor, refresh: int):
+        super().__init__(backend, banned)
+        self.refresh = refresh
+        self.cache: tuple[torch.Tensor, torch.Tensor] | None = None  # (logits (B, R0, V), row of each position (B, G))
+
+    def reset(self) -> None:
+        """Drop the cached rows."""
+        self.cache = None
+
+    def marginals(self, canvas: Canvas, reads: MarginalReads, targets: torch.Tensor, target_valid: torch.Tensor,
+                  step: int) -> Marginals:
+        """See :meth:`MarginalSource.marginals`; cached rows between refreshes."""
+        if reads.kind != "masked" or self.cache is None or step % self.refresh == 0:
+            m = super().marginals(canvas, reads, targets, target_valid, step)
+            if reads.kind == "masked":  # hooks may tilt target_logits() in place: never let it alias the cache
+                row_of = torch.zeros_like(canvas.tokens).scatter_(
+                    1, m.positions, torch.arange(m.positions.shape[1], device=m.positions.device).expand(m.positions.shape[0], -1))
+                self.cache = (m.logits.clone() if m.rows_are_targets else m.logits, row_of)
+            return m
+        positions, valid, rows = reads.layout(canvas.masked, targets, target_valid)
+        old_logits, old_row_of = self.cache
+        V = old_logits.shape[-1]
+        logits = torch.gather(old_logits, 1, torch.gather(old_row_of, 1, positions)[..., None].expand(-1, -1, V))
+        fresh = self.fetch(canvas, targets, target_valid, step)  # (B, K, V): the LM head on the targets only
+        b_idx, k_idx = target_valid.nonzero(as_tuple=True)  # the real targets (padding ones repeat or are unmasked)
+        logits[b_idx, rows[b_idx, k_idx]] = fresh[b_idx, k_idx]
+        return Marginals(logits, positions, valid, rows, target_valid)
+
+
+# ------------------------------------------------------------------ remasking rules
+class RemaskingRule:
+    """Which masked positions of the block are committed at a step (LLaDA's remasking strategies).
+
+    :meth:`candidates` picks the target rows before the marginals are computed; :meth:`choose`
+    keeps ``k`` of them per text once the tokens are drawn.
+    """
+
+    def candidates(self, eligible: torch.Tensor, k: torch.Tensor,
+                   generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """eligible (B, G) bool (masked positions of the block), k (B,) int64 tokens to commit →
+        targets (B, K) int64 distinct positions and valid (B, K) bool; K = 0 when nothing is committed.
+        Default (confidence rules): every eligible position, in increasing order."""
+        if int(k.max()) == 0:
+            return torch.zeros((eligible.shape[0], 0), dtype=torch.long, device=eligible.device), torch.zeros(
+                (eligible.shape[0], 0), dtype=torch.bool, device=eligible.device)
+        return packed_masked_positions(eligible)
+
+    def confidence(self, logits: torch.Tensor, scaled: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+        """(B, K) float32 score of each candidate: the k highest are committed."""
+        raise NotImplementedError
+
+    def choose(self, logits: torch.Tensor, scaled: torch.Tensor, x0: torch.Tensor, valid: torch.Tensor,
+               k: torch.Tensor) -> torch.Tensor:
+        """(B, K) bool, the candidates committed: the k[b] most confident valid ones.
+
+        Args:
+            logits: (B, K, V) tilted logits; scaled: the tempered, filtered ones; x0: (B, K) draws;
+            valid: (B, K) bool; k: (B,) int64.
+        """
+        conf = torch.where(valid, self.confidence(logits, scaled, x0), float("-inf"))
+        order = torch.argsort(conf, dim=1, descending=True)  # (B, K)
+        rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=order.device).expand_as(order))
+        return (rank < k[:, None]) & valid
+
+
+class RandomRemasking(RemaskingRule):
+    """``random``: k positions uniformly at random, drawn before the marginals (one (B, G) ``torch.rand``)."""
+
+    def candidates(self, eligible: torch.Tensor, k: torch.Tensor,
+                   generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """The k[b] sampled positions (B, max k) and their validity; see :meth:`RemaskingRule.candidates`."""
+        conf = torch.rand(eligible.shape, generator=generator, device=eligible.device)
+        conf = torch.where(eligible, conf, torch.full_like(conf, float("-inf")))
+        kmax = int(k.max())
+        targets = conf.topk(kmax, dim=1).indices  # (B, kmax)
+        return targets, torch.arange(kmax, device=k.device)[None, :] < k[:, None]
+
+    def choose(self, logits: torch.Tensor, scaled: torch.Tensor, x0: torch.Tensor, valid: torch.Tensor,
+               k: torch.Tensor) -> torch.Tensor:
+        """Every valid candidate (they were drawn k per text)."""
+        return valid
+
+
+class LowConfidenceRemasking(RemaskingRule):
+    """``low_confidence`` (LLaDA): commit the draws of highest probability under the untempered
+    (nucleus-filtered) marginal."""
+
+    def confidence(self, logits: torch.Tensor, scaled: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+        """p(x0) (B, K) float32."""
+        kept = logits.masked_fill(torch.isinf(scaled), float("-inf"))  # the nucleus, as in the draw
+        return torch.log_softmax(kept, dim=-1).gather(-1, x0[..., None]).squeeze(-1).exp().float()
+
+
+class EntropyRemasking(RemaskingRule):
+    """``entropy`` (Dream): commit the rows of lowest entropy of the tempered, filtered marginal."""
+
+    def confidence(self, logits: torch.Tensor, scaled: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
+        """−entropy (B, K) float32."""
+        logp = torch.log_softmax(scaled, dim=-1)  # (B, K, V)
+        return (logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1).float()
+
+
+REMASKING: dict[str, type[RemaskingRule]] = {
+    "random": RandomRemasking, "low_confidence": LowConfidenceRemasking, "entropy": EntropyRemasking}
 
 
 class MaskedDiffusionSampler:
@@ -148,12 +387,17 @@ class MaskedDiffusionSampler:
         config: :class:`SamplerConfig` or a dict of its fields (validated; unknown fields are errors).
             Fields not given fall back to ``backend.sampler_defaults``, then to the defaults above.
         scheme: a :class:`WatermarkScheme`, or None for the unwatermarked base model.
+        marginal_source: a :class:`MarginalSource` class to use instead of the configured one
+            (:class:`MarginalSource`, or :class:`RefreshedMarginals` when ``marginal_refresh`` > 1
+            with random remasking);
+            e.g. :class:`FullCanvasMarginals` as a reference.
 
     Raises:
         ConfigError: invalid sampler settings, or prompt + gen_length beyond ``backend.max_length``.
     """
 
-    def __init__(self, backend: DLMBackend, config: "SamplerConfig | dict | None" = None, scheme: WatermarkScheme | None = None):
+    def __init__(self, backend: DLMBackend, config: "SamplerConfig | dict | None" = None,
+                 scheme: WatermarkScheme | None = None, marginal_source: type[MarginalSource] | None = None):
         self.backend = backend
         if isinstance(config, SamplerConfig):
             cfg = config
@@ -168,6 +412,18 @@ class MaskedDiffusionSampler:
                 f"scheme '{scheme.name}' was built for a vocabulary of {scheme.vocab_size} ids but backend "
                 f"'{backend.name}' has {backend.vocab_size}"
             )
+        self.remasking = REMASKING[cfg.remasking]()
+        V = backend.vocab_size
+        banned = torch.tensor(sorted(set(backend.banned_token_ids) | {backend.mask_token_id}), dtype=torch.long)
+        banned = banned[banned < V].to(backend.device)
+        if marginal_source is not None:
+            self.source = marginal_source(backend, banned)
+        elif cfg.marginal_refresh > 1 and cfg.remasking == "random":
+            self.source = RefreshedMarginals(backend, banned, cfg.marginal_refresh)
+        else:
+            self.source = MarginalSource(backend, banned)
+        #: the rows the hooks read; without a scheme only the targets are sampled
+        self.reads = scheme.reads if scheme is not None else MarginalReads.sampled()
 
     # ------------------------------------------------------------------ prompts
     def _prepare_prompts(self, prompts: Sequence[str] | Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
@@ -200,6 +456,18 @@ class MaskedDiffusionSampler:
                 mask[b, P - len(ids):] = True
         return out, mask, texts
 
+    def _start(self, prompts: Sequence[str] | Sequence[Sequence[int]]) -> tuple[Canvas, list[str]]:
+        """The all-[MASK] canvas of the prompts (the scheme and the marginal source are reset for it)."""
+        be, G = self.backend, self.config.gen_length
+        prompt_ids, prompt_mask, texts = self._prepare_prompts(prompts)
+        prompt_ids, prompt_mask = prompt_ids.to(be.device), prompt_mask.to(be.device)
+        gen = torch.full((prompt_ids.shape[0], G), be.mask_token_id, dtype=torch.long, device=be.device)
+        if self.scheme is not None:
+            self.scheme.set_stop_token(be.eos_token_id if self.config.stop_at_eos else None)  # texts end at the first EOS
+            self.scheme.begin(prompt_ids.shape[0], G, prompt_ids, prompt_mask)
+        self.source.reset()
+        return Canvas(prompt_ids, prompt_mask, gen, be.mask_token_id), texts
+
     # ------------------------------------------------------------------ main loop
     @torch.no_grad()
     def generate(
@@ -208,7 +476,7 @@ class MaskedDiffusionSampler:
         generator: torch.Generator | None = None,
         progress: bool = False,
     ) -> GenerationOutput:
-        """Generate one sample per prompt.
+        """Generate one sample per prompt (LLaDA's semi-autoregressive sampler, module doc).
 
         Args:
             prompts: B prompt strings, or B lists of token ids (may be empty strings/lists).
@@ -220,239 +488,66 @@ class MaskedDiffusionSampler:
             :class:`GenerationOutput`.
 
         Raises:
-            InputError: empty prompt list, out-of-vocabulary prompt ids, NaN/inf logits from the backend.
+            InputError: empty prompt list, out-of-vocabulary prompt ids, NaN/inf logits from the
+                backend or the scheme.
             ConfigError: sequence too long for the model.
         """
-        cfg, be = self.config, self.backend
-        device = be.device
-        if generator is None:
-            generator = torch.Generator(device=device).manual_seed(0)
-        prompt_ids, prompt_mask, prompt_texts = self._prepare_prompts(prompts)
-        prompt_ids, prompt_mask = prompt_ids.to(device), prompt_mask.to(device)
-        B, P = prompt_ids.shape
-        G, V = cfg.gen_length, be.vocab_size
-        gen = torch.full((B, G), be.mask_token_id, dtype=torch.long, device=device)
-        attn = torch.cat([prompt_mask, torch.ones((B, G), dtype=torch.bool, device=device)], dim=1)
-        banned = torch.tensor(sorted(set(be.banned_token_ids) | {be.mask_token_id}), dtype=torch.long, device=device)
-        banned = banned[banned < V]
-        n_blocks = G // cfg.block_length
-        steps_per_block = cfg.steps // n_blocks
-        if self.scheme is not None:
-            self.scheme.set_stop_token(be.eos_token_id if cfg.stop_at_eos else None)  # texts end at the first EOS
-            self.scheme.begin(B, G, prompt_ids, prompt_mask)
-        self._marginal_cache = None  # (packed logits, their positions) of the last refresh (marginal_refresh)
-        arange_g = torch.arange(G, device=device)
-        step_idx = 0
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=cfg.steps, desc="denoising", leave=False)
-        for blk in range(n_blocks):
-            b0, b1 = blk * cfg.block_length, (blk + 1) * cfg.block_length
-            in_block = (arange_g >= b0) & (arange_g < b1)  # (G,)
-            schedule = transfer_schedule((gen[:, b0:b1] == be.mask_token_id).sum(1), steps_per_block)  # (B, S)
-            for s in range(steps_per_block):
-                masked = gen == be.mask_token_id  # (B, G)
-                eligible = masked & in_block[None, :]  # (B, G)
+        cfg = self.config
+        generator = generator if generator is not None else torch.Generator(device=self.backend.device).manual_seed(0)
+        canvas, prompt_texts = self._start(prompts)
+        G, L = cfg.gen_length, cfg.block_length
+        block_steps = cfg.steps // (G // L)
+        positions = torch.arange(G, device=canvas.tokens.device)
+        step = 0
+        bar = _progress_bar(cfg.steps) if progress else None
+        for b0 in range(0, G, L):
+            block = (b0, b0 + L)
+            in_block = (positions >= b0) & (positions < b0 + L)  # (G,)
+            schedule = transfer_schedule(canvas.masked[:, b0:b0 + L].sum(1), block_steps)  # (B, S) tokens to commit
+            for s in range(block_steps):
                 k = schedule[:, s]  # (B,)
-                # random remasking does not depend on the marginals: pick the positions first
-                fast_random = cfg.remasking == "random" and (self.scheme is None or not self._scheme_sets_confidence())
-                if fast_random:
-                    conf = torch.rand((B, G), generator=generator, device=device)
-                    conf = torch.where(eligible, conf, torch.full_like(conf, float("-inf")))
-                    kmax = int(k.max())
-                    if kmax == 0:
-                        step_idx += 1
-                        continue
-                    pos = conf.topk(kmax, dim=1).indices  # (B, kmax)
-                    ok = torch.arange(kmax, device=device)[None, :] < k[:, None]  # (B, kmax)
-                    chosen = torch.zeros_like(masked).scatter(1, pos, ok)
-                # marginals needed: every masked position for a scheme (eq. 5 uses all of M_t), else only
-                # the positions that can be committed at this step
-                need = masked if self.scheme is not None else (chosen if fast_random else eligible)
-                x = torch.cat([prompt_ids, gen], dim=1)  # (B, P+G)
-                packed = (fast_random and self.scheme is not None and self.scheme.needs_all_marginals
-                          and self.scheme.packed_marginals)
-                if fast_random and (self.scheme is None or not self.scheme.needs_all_marginals or packed):
-                    # random remasking and no scheme, or one that reads only the sampled rows: the LM
-                    # head runs at the kmax chosen positions only, (B, kmax, V); a packed-marginals
-                    # scheme also gets the masked rows packed, (B, M, V), and no (B, G, V) is built
-                    packed_rows: dict[str, torch.Tensor] = {}
-                    if packed:
-                        sel, packed_rows = self._packed_logits(x, attn, P, masked, chosen, pos, ok, banned, step_idx)
-                    else:
-                        sel = be.logits_at(x, attn, pos + P).float()
-                        if banned.numel():
-                            sel[..., banned] = float("-inf")
-                        if not bool(torch.isfinite(sel.amax(-1))[ok].all()):
-                            raise InputError(f"backend '{be.name}' returned NaN or inf logits at step {step_idx}")
-                    u_sel = None
-                    if self.scheme is not None:
-                        state = DenoiseStep(
-                            step=step_idx, total_steps=cfg.steps, tokens=gen, masked=masked, logits=sel,
-                            prompt_ids=prompt_ids, prompt_mask=prompt_mask, block=(b0, b1),
-                            mask_token_id=be.mask_token_id, generator=generator, positions=pos, **packed_rows,
-                        )
-                        sel = self.scheme.process_logits(state)  # (B, kmax, V)
-                        if bool(torch.isnan(sel.amax(-1))[ok].any()):
-                            raise InputError(f"scheme '{self.scheme.name}' produced NaN logits at step {step_idx}")
-                        state.logits = sel
-                        u_sel = self.scheme.sampling_uniforms(state)  # (B, kmax, V) or None
-                    x_sel, _ = self._sample(sel, u_sel, generator, need_conf=False)  # (B, kmax)
-                    gen = gen.scatter(1, pos, torch.where(ok, x_sel, torch.gather(gen, 1, pos)))
-                    step_idx += 1
-                    continue
-                positions = torch.cat([torch.zeros_like(prompt_mask), need], dim=1)  # (B, P+G)
-                logits = be.logits(x, attn, positions)[:, P:, :].float()  # (B, G, V)
-                if logits.shape != (B, G, V):
-                    raise InputError(f"backend '{be.name}' returned logits of shape {tuple(logits.shape)}, expected {(B, G, V)}")
-                if banned.numel():
-                    logits[..., banned] = float("-inf")
-                # amax propagates NaN: catches NaN, +inf and rows that are all -inf
-                if not bool(torch.isfinite(logits.amax(-1))[need].all()):
-                    raise InputError(f"backend '{be.name}' returned NaN or inf logits at step {step_idx}")
-                state = DenoiseStep(
-                    step=step_idx, total_steps=cfg.steps, tokens=gen, masked=masked, logits=logits,
-                    prompt_ids=prompt_ids, prompt_mask=prompt_mask, block=(b0, b1),
-                    mask_token_id=be.mask_token_id, generator=generator,
-                )
-                uniforms = None
-                if self.scheme is not None:
-                    logits = self.scheme.process_logits(state)  # (B, G, V)
-                    if bool(torch.isnan(logits.amax(-1))[need].any()):
-                        raise InputError(f"scheme '{self.scheme.name}' produced NaN logits at step {step_idx}")
-                    state.logits = logits
-                    uniforms = self.scheme.sampling_uniforms(state)  # (B, G, V) or None
-                if fast_random:
-                    # sample only at the chosen positions: (B, kmax, V) instead of (B, G, V)
-                    sel = torch.gather(logits, 1, pos[..., None].expand(-1, -1, V))  # (B, kmax, V)
-                    u_sel = None if uniforms is None else torch.gather(uniforms, 1, pos[..., None].expand(-1, -1, V))
-                    x_sel, _ = self._sample(sel, u_sel, generator, need_conf=False)  # (B, kmax)
-                    cur = torch.gather(gen, 1, pos)
-                    gen = gen.scatter(1, pos, torch.where(ok, x_sel, cur))
-                else:
-                    x0, conf = self._sample(logits, uniforms, generator)  # (B, G), (B, G)
-                    if self.scheme is not None:
-                        conf = self.scheme.remasking_confidence(state, conf)
-                    conf = torch.where(eligible, conf, torch.full_like(conf, float("-inf")))
-                    order = torch.argsort(conf, dim=1, descending=True)  # (B, G)
-                    rank = torch.empty_like(order).scatter_(1, order, arange_g.expand(B, -1))  # rank of each position
-                    commit = (rank < k[:, None]) & eligible
-                    gen = torch.where(commit, x0, gen)
-                step_idx += 1
+                targets, valid = self.remasking.candidates(canvas.masked & in_block, k, generator)  # (B, K)
+                if targets.shape[1]:
+                    marginals = self.source.marginals(canvas, self.reads, targets, valid, step)
+                    state = DenoiseStep(step, cfg.steps, canvas.tokens, canvas.masked, marginals, canvas.prompt_ids,
+                                        canvas.prompt_mask, block, canvas.mask_token_id, generator)
+                    logits, uniforms = self._scheme_hooks(state)  # (B, K, V), (B, K, V) or None
+                    x0, scaled = sample_tokens(logits, uniforms, generator, cfg.temperature, cfg.top_p)  # (B, K)
+                    canvas.commit(targets, x0, self.remasking.choose(logits, scaled, x0, valid, k))
+                step += 1
             if bar is not None:
-                bar.update(steps_per_block)
+                bar.update(block_steps)
         if bar is not None:
             bar.close()
-        lengths = torch.full((B,), G, dtype=torch.long, device=device)
-        if cfg.stop_at_eos and be.eos_token_id is not None:
+        return self._output(canvas, prompt_texts)
+
+    def _scheme_hooks(self, state: DenoiseStep) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The scheme's tilt of the target rows (B, K, V) float32 and its keyed uniforms (B, K, V) or None
+        (the targets' logits and None without a scheme).
+
+        Raises:
+            InputError: NaN or inf in the scheme's logits on a valid target.
+        """
+        if self.scheme is None:
+            return state.marginals.target_logits(), None
+        logits = self.scheme.process_logits(state)
+        check_logits(logits, state.marginals.target_valid, f"scheme '{self.scheme.name}'", state.step)
+        return logits, self.scheme.sampling_uniforms(state) if self.scheme.noise == "keyed" else None
+
+    def _output(self, canvas: Canvas, prompt_texts: list[str]) -> GenerationOutput:
+        """Lengths up to the first EOS (``stop_at_eos``) and the decoded texts."""
+        gen, be = canvas.tokens, self.backend
+        B, G = gen.shape
+        lengths = torch.full((B,), G, dtype=torch.long, device=gen.device)
+        if self.config.stop_at_eos and be.eos_token_id is not None:
             is_eos = gen == be.eos_token_id
-            first = torch.where(is_eos.any(1), is_eos.float().argmax(1), torch.full_like(lengths, G))
-            lengths = first
+            lengths = torch.where(is_eos.any(1), is_eos.float().argmax(1), lengths)
         texts = [be.decode(gen[b, : int(lengths[b])].tolist()) for b in range(B)]
         return GenerationOutput(ids=gen.cpu(), lengths=lengths.cpu(), texts=texts, prompts=prompt_texts)
 
-    def _packed_logits(
-        self, x: torch.Tensor, attn: torch.Tensor, P: int, masked: torch.Tensor, chosen: torch.Tensor,
-        pos: torch.Tensor, ok: torch.Tensor, banned: torch.Tensor, step_idx: int,
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The packed-marginals path of one step (schemes with ``packed_marginals``).
 
-        Args:
-            x: (B, P+G) int64 prompt + generation ids; attn: (B, P+G) bool; P: prompt width.
-            masked: (B, G) bool, M_t; chosen: (B, G) bool, the positions sampled at this step.
-            pos: (B, K) int64 sampled positions (entries beyond a text's count are ignored).
-            ok: (B, K) bool, False on those ignored entries.
-            banned: (n,) int64 ids set to -inf; step_idx: for error messages.
+def _progress_bar(total: int):
+    """A tqdm bar over ``total`` denoising steps."""
+    from tqdm.auto import tqdm
 
-        Returns:
-            the sampled rows' logits (B, K, V) float32 (a copy the scheme may modify) and the
-            ``DenoiseStep`` fields ``masked_logits`` (B, M, V), ``masked_positions`` and
-            ``masked_valid`` (B, M): every masked row, or those within the scheme's
-            ``marginal_radius`` of a sampled row.
-
-        Raises:
-            InputError: NaN or inf logits from the backend on a packed row.
-        """
-        be, B, V = self.backend, masked.shape[0], self.backend.vocab_size
-        rows_needed = masked
-        radius = self.scheme.marginal_radius
-        if radius is not None:  # only the masked rows near a sampled row
-            near = torch.nn.functional.max_pool1d(
-                chosen[:, None, :].float(), kernel_size=2 * radius + 1, stride=1, padding=radius)[:, 0]
-            rows_needed = masked & (near > 0)
-        mpos, mvalid = packed_masked_positions(rows_needed)  # (B, M), (B, M)
-        M = mpos.shape[1]
-        r = self.config.marginal_refresh
-        cache = getattr(self, "_marginal_cache", None)
-        if r > 1 and step_idx % r and cache is not None and radius is None:
-            # between refreshes: the masked rows' marginals from the last refresh, fresh ones at the K sampled rows
-            old_logits, old_row_of = cache  # (B, M0, V), (B, G) row of each position in old_logits
-            mlogits = torch.gather(old_logits, 1, torch.gather(old_row_of, 1, mpos)[..., None].expand(-1, -1, V))
-            fresh = be.logits_at(x, attn, pos + P).float()  # (B, K, V): the LM head on the sampled rows only
-            if banned.numel():
-                fresh[..., banned] = float("-inf")
-            row_of = torch.zeros_like(masked, dtype=torch.long).scatter_(
-                1, mpos, torch.arange(M, device=mpos.device).expand(B, -1))
-            if not bool(torch.isfinite(fresh.amax(-1))[ok].all()):
-                raise InputError(f"backend '{be.name}' returned NaN or inf logits at step {step_idx}")
-            b_idx, k_idx = ok.nonzero(as_tuple=True)  # the rows really sampled (others repeat or are unmasked)
-            mlogits[b_idx, torch.gather(row_of, 1, pos)[b_idx, k_idx]] = fresh[b_idx, k_idx]
-            return fresh, {"masked_logits": mlogits, "masked_positions": mpos, "masked_valid": mvalid}
-        mlogits = be.logits_at(x, attn, mpos + P).float()  # (B, M, V)
-        if banned.numel():
-            mlogits[..., banned] = float("-inf")
-        if not bool(torch.isfinite(mlogits.amax(-1))[mvalid].all()):
-            raise InputError(f"backend '{be.name}' returned NaN or inf logits at step {step_idx}")
-        # row of each generation position in the packed tensor; the sampled positions are masked and
-        # near themselves, so they are among the packed rows
-        row_of = torch.zeros_like(masked, dtype=torch.long).scatter_(
-            1, mpos, torch.arange(M, device=mpos.device).expand(B, -1))
-        if r > 1:
-            self._marginal_cache = (mlogits, row_of)  # schemes do not modify masked_logits (DenoiseStep)
-        rows = torch.gather(row_of, 1, pos)  # (B, K)
-        sel = torch.gather(mlogits, 1, rows[..., None].expand(-1, -1, V))  # (B, K, V), a copy
-        return sel, {"masked_logits": mlogits, "masked_positions": mpos, "masked_valid": mvalid}
-
-    def _scheme_sets_confidence(self) -> bool:
-        """True if the scheme overrides :meth:`WatermarkScheme.remasking_confidence`."""
-        return type(self.scheme).remasking_confidence is not WatermarkScheme.remasking_confidence
-
-    def _sample(
-        self, logits: torch.Tensor, uniforms: torch.Tensor | None, generator: torch.Generator, need_conf: bool = True
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Gumbel-max candidates and their confidence.
-
-        Args:
-            logits: (B, G, V) float32 (possibly tilted); G may be a subset of positions.
-            uniforms: (B, G, V) keyed uniforms in (0, 1), or None for generator noise.
-            need_conf: False skips the confidence (returns None).
-
-        Returns:
-            x0 (B, G) int64 and confidence (B, G) float32 (per ``remasking``).
-        """
-        cfg = self.config
-        # temperature first, then the nucleus on the tempered marginals (Dream's sample_tokens order);
-        # the tilt is already in ``logits``, so relative to the tempered model its strength is η/T
-        scaled = logits / cfg.temperature if cfg.temperature > 0.0 else logits
-        if cfg.top_p < 1.0:
-            scaled = _top_p_filter(scaled, cfg.top_p)
-        if cfg.temperature == 0.0:
-            x0 = scaled.argmax(-1)
-        else:
-            if uniforms is None:
-                uniforms = torch.rand(logits.shape, generator=generator, device=logits.device).clamp_(1e-12, 1 - 1e-7)
-            gumbel = -torch.log(-torch.log(uniforms))  # (B, G, V)
-            x0 = (scaled + gumbel).argmax(-1)  # (B, G)
-        if not need_conf:
-            return x0, None
-        if cfg.remasking == "random":
-            conf = torch.rand(x0.shape, generator=generator, device=logits.device)
-        elif cfg.remasking == "low_confidence":  # LLaDA: probability of x0 under the untempered marginal
-            kept = logits if cfg.top_p >= 1.0 else logits.masked_fill(torch.isinf(scaled), float("-inf"))
-            conf = torch.log_softmax(kept, dim=-1).gather(-1, x0[..., None]).squeeze(-1).exp()
-        else:  # entropy (Dream): commit low-entropy positions first, entropy of the tempered, filtered marginal
-            logp = torch.log_softmax(scaled, dim=-1)  # (B, G, V)
-            conf = (logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1)  # = -entropy
-        return x0, conf.float()
+    return tqdm(total=total, desc="denoising", leave=False)

@@ -20,8 +20,8 @@ LLaDA-style loop (``generate.py``)::
 Dream (``diffusion_generate(..., generation_logits_hook_func=dream_logits_hook(wm, steps))``): Dream
 shifts its logits before calling the hook, so the hook receives aligned logits.
 
-Limits: schemes that replace the sampling noise or the remasking confidence (distortion-free
-baselines) need the engine; :class:`LogitsTilter` refuses them. The prompt is everything left of
+Limits: schemes that replace the sampling noise (``WatermarkScheme.noise == "keyed"``: the
+distortion-free baselines) need the engine; :class:`LogitsTilter` refuses them. The prompt is everything left of
 the first column that is masked in every row at step 0.
 """
 
@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 import torch
 
-from .components import DenoiseStep, DLMBackend, WatermarkScheme
+from .components import DenoiseStep, DLMBackend, Marginals, WatermarkScheme
 from .errors import ConfigError, InputError
 
 __all__ = ["LogitsTilter", "dream_logits_hook"]
@@ -49,13 +49,12 @@ class LogitsTilter:
             still inside the text, and EOS is never tilted (see ``WatermarkScheme.set_stop_token``).
 
     Raises:
-        ConfigError: the scheme replaces sampling noise or remasking confidence; vocabulary mismatch.
+        ConfigError: the scheme supplies the sampling noise (``noise == "keyed"``); vocabulary mismatch.
     """
 
     def __init__(self, scheme: WatermarkScheme, backend: DLMBackend, steps: int, stop_at_eos: bool = True):
-        if type(scheme).sampling_uniforms is not WatermarkScheme.sampling_uniforms or \
-                type(scheme).remasking_confidence is not WatermarkScheme.remasking_confidence:
-            raise ConfigError(f"scheme '{scheme.name}' replaces the sampling noise or remasking order; "
+        if scheme.noise != "sampler":
+            raise ConfigError(f"scheme '{scheme.name}' replaces the sampling noise; "
                               "use sketchwm's engine (Watermarker.generate) for it")
         if scheme.vocab_size != backend.vocab_size:
             raise ConfigError(f"scheme vocabulary {scheme.vocab_size} != backend vocabulary {backend.vocab_size}")
@@ -136,10 +135,11 @@ class LogitsTilter:
             out[..., banned] = float("-inf")
         gen = x[:, P:]
         G = gen.shape[1]
-        state = DenoiseStep(
-            step=step, total_steps=self.steps, tokens=gen, masked=gen == self.backend.mask_token_id,
-            logits=out[:, P:].contiguous(), prompt_ids=self._prompt_ids, prompt_mask=self._prompt_mask,
-            block=block or (0, G), mask_token_id=self.backend.mask_token_id,
+        masked = gen == self.backend.mask_token_id
+        state = DenoiseStep(  # every masked row is read and tilted: the canvas layout of Marginals
+            step=step, total_steps=self.steps, tokens=gen, masked=masked,
+            marginals=Marginals.canvas(out[:, P:].contiguous(), masked), prompt_ids=self._prompt_ids,
+            prompt_mask=self._prompt_mask, block=block or (0, G), mask_token_id=self.backend.mask_token_id,
         )
         out[:, P:] = self.scheme.process_logits(state)
         return out

@@ -388,8 +388,9 @@ def test_spoofing_raises_green_frequency(backend):
     assert scores.score.shape == (8,)
 
 
-def test_spoofing_row_path_matches_full_path(backend):
-    """The spoofer tilts only the sampled rows; forcing the full (B, G, V) path gives the same texts."""
+def test_spoofing_sampled_rows_match_every_masked_row(backend):
+    """The spoofer reads only the sampled rows; forced to read every masked row it gives the same texts."""
+    from sketchwm.components import MarginalReads
     from sketchwm.engine import MaskedDiffusionSampler
 
     wm, ref, _ = _planted_watermark(backend, 100, seed=3)
@@ -398,7 +399,9 @@ def test_spoofing_row_path_matches_full_path(backend):
     outs = []
     for full in (False, True):
         scheme = SpoofScheme(st, 4.0)
-        scheme.needs_all_marginals = full
+        assert scheme.reads == MarginalReads.sampled()
+        if full:
+            scheme.reads = MarginalReads.masked()
         outs.append(MaskedDiffusionSampler(backend, cfg, scheme).generate(["the man", "a day"], torch.Generator().manual_seed(1)).ids)
     assert torch.equal(outs[0], outs[1])
 

@@ -15,8 +15,7 @@ import pytest
 import torch
 from scipy import stats
 
-from sketchwm.components import DenoiseStep
-from sketchwm.errors import InputError
+from sketchwm.components import DenoiseStep, Marginals
 from sketchwm.keys import WatermarkKey
 from sketchwm.registry import get_registry
 from sketchwm_baselines.context import first_occurrence
@@ -32,7 +31,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def _step(logits: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor, prompt: list[int], seed: int = 0) -> DenoiseStep:
     B, G, _ = logits.shape
     return DenoiseStep(
-        step=0, total_steps=1, tokens=tokens, masked=masked, logits=logits,
+        step=0, total_steps=1, tokens=tokens, masked=masked, marginals=Marginals.canvas(logits, masked),
         prompt_ids=torch.tensor([prompt] * B), prompt_mask=torch.ones(B, len(prompt), dtype=torch.bool),
         block=(0, G), mask_token_id=MASK, generator=torch.Generator().manual_seed(seed),
     )
@@ -131,20 +130,26 @@ def test_red_green_dlm_beats_kgw_naive_on_expected_green(delta):
     rg = reg.create("scheme", "red-green-dlm", {**common, **exact}, key, V)
     kgw = reg.create("scheme", "kgw-naive", common, key, V)
     step = _random_state(3, 16, seed=3)
-    base = _expected_green_fraction(rg, step, step.logits)
-    f_kgw = _expected_green_fraction(rg, step, kgw.process_logits(step))
-    f_rg = _expected_green_fraction(rg, step, rg.process_logits(step))
+    logits = step.marginals.logits.clone()
+
+    def fresh():  # the hooks may tilt the canvas logits in place: a new step per call
+        return dataclasses.replace(step, marginals=Marginals.canvas(logits.clone(), step.masked))
+
+    base = _expected_green_fraction(rg, step, logits)
+    f_kgw = _expected_green_fraction(rg, step, kgw.process_logits(fresh()))
+    f_rg = _expected_green_fraction(rg, step, rg.process_logits(fresh()))
     assert base < f_kgw < f_rg
     assert f_rg - base > 1.5 * (f_kgw - base)  # red-green-dlm also tilts masked positions with masked contexts
     for terms in ("expectation-boost", "predictive-bias"):
         one = reg.create("scheme", "red-green-dlm", {**common, **exact, "terms": terms}, key, V)
-        assert _expected_green_fraction(rg, step, one.process_logits(step)) > base
+        assert _expected_green_fraction(rg, step, one.process_logits(fresh())) > base
 
 
 @pytest.mark.parametrize("context", [[-1], [-1, 1]])
 def test_red_green_dlm_packed_rows_equal_full_rows(context):
-    """Packed masked rows (ragged |M_t|, garbage in the padding rows) give the same tilt at the
-    sampled rows as the full (B, G, V) state; without either, a clear error."""
+    """Packed masked rows (ragged |M_t|, garbage in the padding rows), all of them or only those its
+    declared reads name (the neighbours of the sampled rows), give the same tilt at the sampled rows
+    as the full canvas."""
     from sketchwm.engine import packed_masked_positions
 
     rg = get_registry().create("scheme", "red-green-dlm", {"context": context, "top_k_context": 8, "top_k_token": 16}, _key(4), V)
@@ -152,17 +157,16 @@ def test_red_green_dlm_packed_rows_equal_full_rows(context):
     step.masked[1, :] = False
     step.masked[1, 3] = True  # text 1 has one masked position: padding rows for it
     step.tokens[step.masked] = MASK
+    logits = step.marginals.logits.clone()
     mpos, mvalid = packed_masked_positions(step.masked)
     assert not bool(mvalid.all())
-    mlogits = torch.gather(step.logits, 1, mpos[..., None].expand(-1, -1, V)).clone()
-    mlogits[~mvalid] = 7.0
-    pos = mpos[:, :1]  # (B, 1) a masked row per text
-    full = rg.process_logits(dataclasses.replace(step, logits=step.logits.clone()))
-    rows = dataclasses.replace(step, logits=torch.gather(step.logits, 1, pos[..., None].expand(-1, -1, V)).clone(),
-                               positions=pos, masked_logits=mlogits, masked_positions=mpos, masked_valid=mvalid)
-    assert torch.allclose(torch.gather(full, 1, pos[..., None].expand(-1, -1, V)), rg.process_logits(rows), atol=1e-6)
-    with pytest.raises(InputError, match="every masked position"):
-        rg.process_logits(dataclasses.replace(rows, masked_logits=None))
+    pos, ok = mpos[:, :1], torch.ones(3, 1, dtype=torch.bool)  # (B, 1) a masked row per text
+    full = rg.process_logits(dataclasses.replace(step, marginals=Marginals.canvas(logits.clone(), step.masked)))
+    want = torch.gather(full, 1, pos[..., None].expand(-1, -1, V))
+    for reads in (None, rg.reads):
+        m = Marginals.select(logits, step.masked, pos, ok, reads)
+        m.logits[~m.valid] = 7.0  # padding rows: unspecified
+        assert torch.allclose(want, rg.process_logits(dataclasses.replace(step, marginals=m)), atol=1e-6)
 
 
 def test_red_green_dlm_gradient_matches_finite_difference():
@@ -172,7 +176,7 @@ def test_red_green_dlm_gradient_matches_finite_difference():
     rg = reg.create("scheme", "red-green-dlm", {"context": [-1, 1], "top_k_context": 8, "top_k_token": 16}, _key(2), V)
     step = _random_state(1, 6, seed=5)
     grad = rg.tilt_direction(step)  # (1, 6, V)
-    probs = torch.softmax(step.logits.double(), -1)
+    probs = torch.softmax(step.marginals.logits.double(), -1)
     onehot = torch.nn.functional.one_hot(step.tokens.clamp(0, V - 1), V).double()
     q = torch.where(step.masked[..., None], probs, onehot)
     b, i = step.masked.nonzero()[0].tolist()

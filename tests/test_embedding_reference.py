@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 
-from sketchwm.components import DenoiseStep
+from sketchwm.components import DenoiseStep, Marginals
 from sketchwm.engine import packed_masked_positions
 from sketchwm.keys import WatermarkKey
 from sketchwm.registry import get_registry
@@ -137,7 +137,7 @@ def test_embedding_step_equals_plain_reference(tmp_path, eos, seed):
     assert torch.allclose(a[m].double(), a_ref[m], atol=tol * scale, rtol=1e-4)
     common = dict(step=3, total_steps=12, tokens=tokens, masked=masked, prompt_ids=torch.zeros(B, 0, dtype=torch.long),
                   prompt_mask=torch.zeros(B, 0, dtype=torch.bool), block=(0, G), mask_token_id=V)
-    full = sch.process_logits(DenoiseStep(logits=logits.clone(), **common))  # (B, G, V)
+    full = sch.process_logits(DenoiseStep(marginals=Marginals.canvas(logits.clone(), masked), **common))  # (B, G, V)
     ptol = 2e-6 if eos is None else 1e-4
     assert torch.allclose(torch.softmax(full.double(), -1)[m], tilted_ref[m], atol=ptol, rtol=1e-4)
     # packed path: every masked row packed, two of them sampled per text
@@ -145,14 +145,12 @@ def test_embedding_step_equals_plain_reference(tmp_path, eos, seed):
     mlogits = torch.gather(logits, 1, mpos[..., None].expand(-1, -1, V)).clone()
     mlogits[~mvalid] = 1e3  # padding rows: unspecified
     pos = mpos[:, 1:3]
-    rows = torch.gather(logits, 1, pos[..., None].expand(-1, -1, V))  # (B, 2, V), a copy
-    packed = sch.process_logits(DenoiseStep(logits=rows.clone(), positions=pos, masked_logits=mlogits, masked_positions=mpos,
-                                            masked_valid=mvalid, **common))  # (B, 2, V)
+    marginals = Marginals(mlogits, mpos, mvalid, torch.tensor([1, 2]).expand(B, 2), torch.ones_like(pos, dtype=torch.bool))
+    a_rows = sch.marginal_gradient(marginals, tokens, masked)[0]  # (B, 2, V) at the two target rows
+    a_ref_rows = torch.gather(a_ref, 1, pos[..., None].expand(-1, -1, V))
+    assert torch.allclose(a_rows.double(), a_ref_rows, atol=tol * scale, rtol=1e-4)
+    packed = sch.process_logits(DenoiseStep(marginals=marginals, **common))  # (B, 2, V)
     ref_rows = torch.gather(tilted_ref, 1, pos[..., None].expand(-1, -1, V))
     assert torch.allclose(torch.softmax(packed.double(), -1), ref_rows, atol=ptol, rtol=1e-4)
-    if eos is None:  # rows given without their packed index: their complements are recomputed from their logits
-        a_rows = sch.packed_token_gradient(mlogits, mvalid, tokens, masked, rows_logits=rows)
-        a_ref_rows = torch.gather(a_ref, 1, pos[..., None].expand(-1, -1, V))
-        assert torch.allclose(a_rows.double(), a_ref_rows, atol=tol * scale, rtol=1e-4)
     # the near-one rows are tilted as the formula says (no 0/0 from the division by 1 − p_i)
     assert bool(torch.isfinite(full[m]).all()) and bool(torch.isfinite(packed).all())

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from sketchwm.components import DenoiseStep
+from sketchwm.components import DenoiseStep, Marginals
 from sketchwm.engine import packed_masked_positions
 from sketchwm.keys import WatermarkKey
 from sketchwm.registry import get_registry
@@ -173,7 +173,7 @@ def test_tilt_keeps_eos_probability_and_packed_rows_agree(counting):
     tokens[1, 2] = 7
     common = dict(step=3, total_steps=8, tokens=tokens, masked=masked, prompt_ids=torch.zeros(B, 0, dtype=torch.long),
                   prompt_mask=torch.zeros(B, 0, dtype=torch.bool), block=(0, G), mask_token_id=V)
-    full = sch.process_logits(DenoiseStep(logits=logits.clone(), **common))
+    full = sch.process_logits(DenoiseStep(marginals=Marginals.canvas(logits.clone(), masked), **common))
     p0, p1 = torch.softmax(logits, -1), torch.softmax(full, -1)
     inside = masked.clone()
     inside[:, 11:] = False
@@ -182,9 +182,9 @@ def test_tilt_keeps_eos_probability_and_packed_rows_agree(counting):
     mpos, mvalid = packed_masked_positions(masked)
     mlogits = torch.gather(logits, 1, mpos[..., None].expand(-1, -1, V)).clone()
     pos = mpos[:, [3, 0]]
-    rows = sch.process_logits(DenoiseStep(logits=torch.gather(logits, 1, pos[..., None].expand(-1, -1, V)).clone(),
-                                          positions=pos, masked_logits=mlogits, masked_positions=mpos,
-                                          masked_valid=mvalid, **common))
+    targets = torch.tensor([3, 0]).expand(B, 2)  # their rows among the packed ones
+    rows = sch.process_logits(DenoiseStep(marginals=Marginals(mlogits, mpos, mvalid, targets, torch.ones_like(pos, dtype=torch.bool)),
+                                          **common))
     assert torch.allclose(torch.gather(full, 1, pos[..., None].expand(-1, -1, V)), rows, atol=1e-4)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sketchwm.components import DenoiseStep
+from sketchwm.components import DenoiseStep, Marginals
 from sketchwm.keys import WatermarkKey
 from sketchwm.registry import get_registry
 
@@ -29,7 +29,7 @@ def _step(G, block, n_masked_in_block, step, total_steps, V=20):
     masked[0, b1:] = True  # later blocks untouched
     tokens[~masked] = 7
     logits = torch.randn(1, G, V, generator=torch.Generator().manual_seed(step))
-    return DenoiseStep(step=step, total_steps=total_steps, tokens=tokens, masked=masked, logits=logits,
+    return DenoiseStep(step=step, total_steps=total_steps, tokens=tokens, masked=masked, marginals=Marginals.canvas(logits, masked),
                        prompt_ids=torch.zeros(1, 0, dtype=torch.long), prompt_mask=torch.zeros(1, 0, dtype=torch.bool),
                        block=block, mask_token_id=V)
 
@@ -43,13 +43,13 @@ def test_late_tilts_the_end_of_every_block_including_the_first():
     tilted = []
     for s, n_masked in enumerate([8, 6, 4, 2]):  # block 0, steps 0..3
         st = _step(G, (0, 8), n_masked, s, 8, V)
-        before = st.logits.clone()
+        before = st.marginals.logits.clone()
         tilted.append(not torch.equal(sch.process_logits(st), before))
     assert tilted == [False, False, True, True]
     tilted = []
     for s, n_masked in enumerate([8, 6, 4, 2]):  # block 1, steps 4..7: the same pattern
         st = _step(G, (8, 16), n_masked, 4 + s, 8, V)
-        before = st.logits.clone()
+        before = st.marginals.logits.clone()
         tilted.append(not torch.equal(sch.process_logits(st), before))
     assert tilted == [False, False, True, True]
 

@@ -109,7 +109,7 @@ def test_presence_gradient_matches_autograd():
 
 
 def test_packed_and_full_presence_tilt_agree():
-    from sketchwm.components import DenoiseStep
+    from sketchwm.components import DenoiseStep, Marginals
     from sketchwm.engine import packed_masked_positions
 
     V, G, B = 30, 16, 2
@@ -125,11 +125,11 @@ def test_packed_and_full_presence_tilt_agree():
     mlogits[~mvalid] = 1e3
     common = dict(step=2, total_steps=8, tokens=tokens, masked=masked, prompt_ids=torch.zeros(B, 0, dtype=torch.long),
                   prompt_mask=torch.zeros(B, 0, dtype=torch.bool), block=(0, G), mask_token_id=V)
-    full = sch.process_logits(DenoiseStep(logits=logits.clone(), **common))
+    full = sch.process_logits(DenoiseStep(marginals=Marginals.canvas(logits.clone(), masked), **common))
     pos = mpos[:, :1]
-    rows = sch.process_logits(DenoiseStep(logits=torch.gather(logits, 1, pos[..., None].expand(-1, -1, V)).clone(),
-                                          positions=pos, masked_logits=mlogits, masked_positions=mpos,
-                                          masked_valid=mvalid, **common))
+    target = torch.zeros_like(pos)  # the row of pos among the packed rows
+    rows = sch.process_logits(DenoiseStep(marginals=Marginals(mlogits, mpos, mvalid, target, torch.ones_like(pos, dtype=torch.bool)),
+                                          **common))
     assert torch.allclose(torch.gather(full, 1, pos[..., None].expand(-1, -1, V)), rows, atol=1e-4)
     # tokens already present in the text are not tilted
     present = tokens[0, ~masked[0]]

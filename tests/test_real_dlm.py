@@ -84,14 +84,14 @@ def test_mdlm_never_sees_padding(standins):
 
 
 def test_top_p_applies_to_the_tempered_marginals():
+    from sketchwm.engine import sample_tokens
     from sketchwm.testing import tiny_backend
 
     be = tiny_backend()
-    s = MaskedDiffusionSampler(be, {"gen_length": 8, "block_length": 8, "steps": 4, "temperature": 0.5, "top_p": 0.8})
     logits = torch.full((1, 4000, be.vocab_size), -30.0)
     logits[..., 10], logits[..., 11], logits[..., 12] = 2.0, 1.0, 0.0
     # tempered: p ∝ e^{4}, e^{2}, e^{0} = 0.87, 0.12, 0.02 → the 0.8-nucleus is {10}; untempered it is {10, 11}
-    x0, _ = s._sample(logits, None, torch.Generator().manual_seed(0), need_conf=False)
+    x0, _ = sample_tokens(logits, None, torch.Generator().manual_seed(0), temperature=0.5, top_p=0.8)
     assert set(x0.unique().tolist()) == {10}
 
 

@@ -6,8 +6,8 @@ tiny random BERT (vocabulary 120), 8 texts × 64 tokens, 32 denoising steps, tem
 
 The properties (round trip, the null, other key, reproducibility, errors, params through JSON) live
 in :mod:`sketchwm.testing.schemes`, so a third-party plugin's tests run the very same checks; the
-README's example plugin is checked that way below. The engine-path equivalences (row path, packed
-path) are specific to sketchwm's sampler and stay here.
+README's example plugin is checked that way below. The engine equivalences (declared reads vs every
+masked row, exact vs full-canvas marginals) are specific to sketchwm's sampler and stay here.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from sketchwm.engine import MaskedDiffusionSampler
+from sketchwm.components import MarginalReads
+from sketchwm.engine import FullCanvasMarginals, MaskedDiffusionSampler
 from sketchwm.keys import WatermarkKey
 from sketchwm.registry import get_registry
 from sketchwm.testing.schemes import KEY, PROMPTS, SAMPLER, SCHEME_CHECKS, SchemeUnderTest, check_scheme, check_sketch, plugin_registry
@@ -65,86 +66,101 @@ def test_conformance(name, check, under_test):
     SCHEME_CHECKS[check](under_test(name))
 
 
-ROW_SCHEMES = [n for n in SCHEMES if not get_registry().get("scheme", n).needs_all_marginals]
+READS = {n: get_registry().get("scheme", n) for n in SCHEMES}
+ROW_SCHEMES = [n for n in SCHEMES if isinstance(READS[n].reads, MarginalReads) and READS[n].reads.kind == "sampled"]
 
 
-@pytest.mark.parametrize("name", ROW_SCHEMES)
-def test_row_path_matches_full_path(name, tiny):
-    """A scheme that declares ``needs_all_marginals = False`` gets (B, K, V) rows with random
-    remasking; the texts must equal those of the full (B, G, V) path, which it gets when the flag
-    is forced on. Context-keyed AAR draws its unkeyable-position noise in a different shape, so it
-    is compared with position keying."""
-    over = {"keying": "position"} if name == "aar-gumbel" else {}
+def _reading_every_masked_row(scheme):
+    """The same scheme object, re-typed to declare ``MarginalReads.masked()`` (a superset of any reads)."""
+    scheme.__class__ = type(f"{type(scheme).__name__}ReadsMasked", (type(scheme),), {"reads": MarginalReads.masked()})
+    return scheme
+
+
+@pytest.mark.parametrize("remasking", ["random", "low_confidence"])
+@pytest.mark.parametrize("name", SCHEMES)
+def test_declared_reads_match_reading_every_masked_row(name, remasking, tiny):
+    """Whatever a scheme declares it reads (only the sampled rows, every masked row, the rows near a
+    sampled one), its texts equal those of the same scheme forced to read every masked row: the
+    declaration only saves work. With semi-autoregressive blocks (masked rows outside the current
+    block still count in eq. 5) and both kinds of candidate choice (random remasking: the sampled
+    rows; low-confidence: every masked row of the block)."""
+    cfg = {**SAMPLER, "block_length": 16, "remasking": remasking}
     outs = []
-    for full in (False, True):
-        scheme = make(name, tiny.vocab_size, **over)
-        scheme.needs_all_marginals = full
-        out = MaskedDiffusionSampler(tiny, SAMPLER, scheme).generate(PROMPTS[:4], torch.Generator().manual_seed(5))
-        outs.append(out.ids)
-    assert torch.equal(outs[0], outs[1])
-
-
-def test_baselines_take_the_row_path():
-    """The four position-local baselines declare it (else the test above is vacuous)."""
-    assert {"unigram", "kgw-naive", "aar-gumbel", "kth-exp-edit"} <= set(ROW_SCHEMES)
-    assert "global-sketch" not in ROW_SCHEMES and "red-green-dlm" not in ROW_SCHEMES
-
-
-PACKED_SCHEMES = [n for n in SCHEMES
-                  if get_registry().get("scheme", n).needs_all_marginals and get_registry().get("scheme", n).packed_marginals]
-
-
-@pytest.mark.parametrize("block_length", [64, 16])
-@pytest.mark.parametrize("name", PACKED_SCHEMES)
-def test_packed_path_matches_full_path(name, block_length, tiny):
-    """A scheme with ``packed_marginals = True`` gets the masked rows packed (B, M, V) and the
-    sampled rows (B, K, V) under random remasking; its texts must equal those of the full (B, G, V)
-    path (flag forced off), with one block and with semi-autoregressive blocks (masked positions
-    outside the current block still count in eq. 5)."""
-    cfg = {**SAMPLER, "block_length": block_length}
-    outs = []
-    for packed in (True, False):
+    for forced in (False, True):
         scheme = make(name, tiny.vocab_size)
-        scheme.packed_marginals = packed
+        if forced:
+            _reading_every_masked_row(scheme)
         out = MaskedDiffusionSampler(tiny, cfg, scheme).generate(PROMPTS[:4], torch.Generator().manual_seed(5))
         outs.append(out.ids)
     assert torch.equal(outs[0], outs[1])
 
 
+def test_baselines_declare_their_reads():
+    """The four position-local baselines read only the sampled rows (else the engine computes more
+    than they need); the global sketch every masked row; red-green-dlm its neighbours."""
+    assert {"unigram", "kgw-naive", "aar-gumbel", "kth-exp-edit"} <= set(ROW_SCHEMES)
+    assert READS["global-sketch"].reads == MarginalReads.masked()
+    for context in ([-1], [-1, 1], [-2]):
+        assert make("red-green-dlm", 120, context=context).reads == MarginalReads.near(2 * max(abs(o) for o in context))
+
+
+@pytest.mark.parametrize("remasking", ["random", "entropy"])
+@pytest.mark.parametrize("name", SCHEMES)
+def test_exact_marginals_match_the_full_canvas_reference(name, remasking, tiny):
+    """The exact :class:`MarginalSource` (LM head on the declared rows only, packed) gives the texts
+    of :class:`FullCanvasMarginals` (LM head on all P+G positions, then the rows picked)."""
+    cfg = {**SAMPLER, "block_length": 16, "remasking": remasking}
+    outs = []
+    for source in (None, FullCanvasMarginals):
+        scheme = make(name, tiny.vocab_size)
+        out = MaskedDiffusionSampler(tiny, cfg, scheme, marginal_source=source).generate(
+            PROMPTS[:4], torch.Generator().manual_seed(11))
+        outs.append(out.ids)
+    assert torch.equal(outs[0], outs[1])
+
+
 @pytest.mark.parametrize("context", [[-1], [-1, 1], [-2]])
-def test_red_green_dlm_neighbour_rows_match_full_path(context, tiny):
-    """red-green-dlm packs only the masked rows within ``marginal_radius`` = 2·max|o| of a sampled
-    row; for every context set the texts must equal the full (B, G, V) path."""
+def test_red_green_dlm_neighbour_rows_match_every_masked_row(context, tiny):
+    """red-green-dlm reads only the masked rows within 2·max|o| of a sampled row; for every context
+    set its texts equal those of the scheme reading every masked row."""
     cfg = {**SAMPLER, "block_length": 16}
     outs = []
-    for packed in (True, False):
+    for forced in (False, True):
         scheme = make("red-green-dlm", tiny.vocab_size, context=context)
-        assert scheme.marginal_radius == 2 * max(abs(o) for o in context)
-        scheme.packed_marginals = packed
+        if forced:
+            _reading_every_masked_row(scheme)
         out = MaskedDiffusionSampler(tiny, cfg, scheme).generate(PROMPTS[:4], torch.Generator().manual_seed(11))
         outs.append(out.ids)
     assert torch.equal(outs[0], outs[1])
 
 
-def test_packed_path_builds_no_full_logits(tiny, monkeypatch):
-    """global-sketch declares packed marginals, and on that path the engine never asks the backend
-    for (B, P+G, V) logits (the zero-filled full tensor is what the path exists to avoid)."""
-    assert "global-sketch" in PACKED_SCHEMES
-    calls = {"logits": 0, "logits_at": 0}
+def test_engine_computes_only_the_declared_rows(tiny, monkeypatch):
+    """The LM head runs on exactly the declared rows: with random remasking, K rows per step for a
+    scheme reading the sampled rows (as without a scheme), every masked row for the global sketch;
+    the full (B, P+G, V) logits are never asked for."""
+    calls = {"logits": 0, "rows": []}
     orig_logits, orig_at = tiny.logits, tiny.logits_at
 
     def counting_logits(*a, **k):
         calls["logits"] += 1
         return orig_logits(*a, **k)
 
-    def counting_at(*a, **k):
-        calls["logits_at"] += 1
-        return orig_at(*a, **k)
+    def counting_at(x, attn, index):
+        calls["rows"].append(index.shape[1])
+        return orig_at(x, attn, index)
 
     monkeypatch.setattr(tiny, "logits", counting_logits)
     monkeypatch.setattr(tiny, "logits_at", counting_at)
-    MaskedDiffusionSampler(tiny, SAMPLER, make("global-sketch", tiny.vocab_size)).generate(PROMPTS[:2])
-    assert calls["logits"] == 0 and calls["logits_at"] > 0
+    cfg = {**SAMPLER, "gen_length": 32, "block_length": 32, "steps": 16}  # 2 tokens per step
+    rows = {}
+    for name in (None, "unigram", "global-sketch"):
+        calls["rows"] = []
+        scheme = None if name is None else make(name, tiny.vocab_size)
+        MaskedDiffusionSampler(tiny, cfg, scheme).generate(PROMPTS[:2])
+        rows[name] = list(calls["rows"])
+    assert calls["logits"] == 0
+    assert rows[None] == rows["unigram"] == [2] * 16
+    assert rows["global-sketch"] == list(range(32, 0, -2))  # every masked row: 32, 30, ..., 2
 
 
 def _readme_example_plugin() -> types.ModuleType:

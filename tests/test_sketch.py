@@ -8,7 +8,7 @@ import torch
 from sketchwm.errors import ConfigError, InputError
 from sketchwm_builtin.count_sketch import CountSketch
 from sketchwm_builtin.global_sketch import GlobalSketchScheme
-from sketchwm.components import DenoiseStep
+from sketchwm.components import DenoiseStep, Marginals
 
 
 def zipf_prior(V, s=1.1):
@@ -107,7 +107,8 @@ def test_tilt_equals_equation_7(key):
     tokens = torch.randint(0, V, (1, G), generator=g)
     masked = torch.rand(1, G, generator=g) < 0.5
     tokens = torch.where(masked, torch.full_like(tokens, V), tokens)  # mask id outside V
-    step = DenoiseStep(3, 10, tokens, masked, logits, torch.zeros(1, 1, dtype=torch.long), torch.ones(1, 1, dtype=torch.bool), (0, G), V)
+    step = DenoiseStep(3, 10, tokens, masked, Marginals.canvas(logits, masked), torch.zeros(1, 1, dtype=torch.long),
+                       torch.ones(1, 1, dtype=torch.bool), (0, G), V)
     p = torch.softmax(logits[0], -1)  # before the call: process_logits tilts in place
     out = sch.process_logits(step)
     # independent recomputation of eq. 5-7
@@ -133,12 +134,11 @@ def test_tilt_equals_equation_7(key):
     assert torch.allclose(got[masked[0]], expected[masked[0]], atol=1e-5)
 
 
-@pytest.mark.parametrize("frac", [0.3, 0.8])  # both branches of token_gradient (few / many masked rows)
+@pytest.mark.parametrize("frac", [0.3, 0.8])  # few / many masked rows
 def test_packed_gradient_equals_unpacked(key, frac):
     """The engine's packed masked rows (ragged: texts with different |M_t|, padding rows filled with
-    garbage) give the same a_{k,t} as the (B, G, V) state, and the packed tilt of the sampled rows
+    garbage) give the same a_{k,t} as the full canvas, and the tilt of the sampled target rows
     equals the full tilt at those rows."""
-    from sketchwm.components import DenoiseStep
     from sketchwm.engine import packed_masked_positions
 
     V, G, B = 50, 24, 3
@@ -155,15 +155,16 @@ def test_packed_gradient_equals_unpacked(key, frac):
     mlogits = torch.gather(logits, 1, mpos[..., None].expand(-1, -1, V)).clone()
     mlogits[~mvalid] = 1e3  # padding rows must not count
     full = sch.token_gradient(logits, tokens, masked)
-    packed = sch.packed_token_gradient(mlogits, mvalid, tokens, masked)
-    assert torch.allclose(full, packed, atol=1e-5)
+    every = Marginals(mlogits, mpos, mvalid, torch.arange(mpos.shape[1]).expand_as(mpos), mvalid)  # every masked row a target
+    packed = sch.marginal_gradient(every, tokens, masked)[0].expand(B, mpos.shape[1], V)  # at the packed rows
+    full = torch.gather(full.expand(B, G, V), 1, mpos[..., None].expand(-1, -1, V))
+    assert torch.allclose(full[mvalid], packed[mvalid], atol=1e-5)
     pos = mpos[:, :1]  # one sampled (masked) row per text
     common = dict(step=3, total_steps=8, tokens=tokens, masked=masked, prompt_ids=torch.zeros(B, 0, dtype=torch.long),
                   prompt_mask=torch.zeros(B, 0, dtype=torch.bool), block=(0, G), mask_token_id=V)
-    tilted_full = sch.process_logits(DenoiseStep(logits=logits.clone(), **common))
-    tilted_rows = sch.process_logits(DenoiseStep(logits=torch.gather(logits, 1, pos[..., None].expand(-1, -1, V)),
-                                                 positions=pos, masked_logits=mlogits, masked_positions=mpos,
-                                                 masked_valid=mvalid, **common))
+    tilted_full = sch.process_logits(DenoiseStep(marginals=Marginals.canvas(logits.clone(), masked), **common))
+    rows = Marginals(mlogits, mpos, mvalid, torch.zeros_like(pos), torch.ones_like(pos, dtype=torch.bool))  # row 0 = pos
+    tilted_rows = sch.process_logits(DenoiseStep(marginals=rows, **common))
     assert torch.allclose(torch.gather(tilted_full, 1, pos[..., None].expand(-1, -1, V)), tilted_rows, atol=1e-5)
 
 

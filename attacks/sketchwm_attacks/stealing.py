@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Sequence
 import torch
 from pydantic import Field
 
-from sketchwm.components import DenoiseStep, SchemeScores, WatermarkScheme
+from sketchwm.components import DenoiseStep, MarginalReads, SchemeScores, WatermarkScheme
 from sketchwm.config import StrictModel
 from sketchwm.errors import InputError
 
@@ -268,7 +268,7 @@ class SpoofScheme(WatermarkScheme):
     """
 
     name = "stolen-spoof"
-    needs_all_marginals = False  # a row's boost depends on its known left neighbour only
+    reads = MarginalReads.sampled()  # a row's boost depends on its known left neighbour only
 
     class Params(StrictModel):
         """delta: boost strength."""
@@ -280,16 +280,16 @@ class SpoofScheme(WatermarkScheme):
         self.stealer = stealer
 
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
-        """logits + δ · boost, shaped like ``step.logits`` ((B, G, V), or (B, K, V) at ``step.positions``);
-        the left neighbour of position 0 is the prompt's last token."""
+        """logits + δ · boost at the target rows, (B, K, V); the left neighbour of position 0 is the
+        prompt's last token."""
         B = step.tokens.shape[0]
+        logits = step.marginals.target_logits()
         ctx = torch.cat([step.prompt_ids[:, -1:].cpu(), step.tokens.cpu()], 1)  # (B, 1+G)
         unknown = torch.cat([torch.zeros(B, 1, dtype=torch.bool), step.masked.cpu()], 1)  # (B, 1+G)
         prev = ctx[:, :-1].masked_fill(unknown[:, :-1], -1)  # (B, G) left neighbour of each position
-        if step.positions is not None:
-            prev = torch.gather(prev, 1, step.positions.cpu())  # (B, K)
-        boost = self.stealer.boosts_given_prev(prev)  # (B, G|K, V)
-        return step.logits + self.params.delta * boost.to(step.logits.device)
+        prev = torch.gather(prev, 1, step.marginals.target_positions.cpu())  # (B, K)
+        boost = self.stealer.boosts_given_prev(prev)  # (B, K, V)
+        return logits + self.params.delta * boost.to(logits.device)
 
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
         """Mean learned boost per text (the attacker's view; p-values undefined → NaN); ids, valid (B, N)."""

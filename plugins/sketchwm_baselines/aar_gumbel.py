@@ -31,7 +31,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from sketchwm.components import DenoiseStep, SchemeScores, WatermarkScheme
+from sketchwm.components import DenoiseStep, MarginalReads, SchemeScores, WatermarkScheme
 from sketchwm.prf import keyed_uniform
 from sketchwm.stats import gamma_logsf, log10_threshold, scores_from_log_p, standardise
 
@@ -61,7 +61,8 @@ class AARGumbelScheme(WatermarkScheme):
 
     name = "aar-gumbel"
     Params = AARGumbelParams
-    needs_all_marginals = False  # only the sampled rows' uniforms are needed
+    reads = MarginalReads.sampled()  # only the sampled rows' uniforms are needed
+    noise = "keyed"
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):
         super().__init__(params, key, vocab_size, device)
@@ -84,27 +85,27 @@ class AARGumbelScheme(WatermarkScheme):
         return self.uniforms(pair_counter(h[:, None], vocab[None, :], self.vocab_size)).clamp(_U_MIN, _U_MAX).float()
 
     def sampling_uniforms(self, step: DenoiseStep) -> torch.Tensor:
-        """Keyed r of eq. (AAR) for every masked position that can be keyed; shaped like
-        ``step.logits`` ((B, G, V), or (B, K, V) at ``step.positions``), float32.
+        """Keyed r of eq. (AAR) at every target row that can be keyed: (B, K, V) float32.
 
-        Positions that cannot be keyed (context keying with an unknown context) get uniforms from
-        ``step.generator``; known positions are not sampled by the engine and get the same.
+        Targets that cannot be keyed (context keying with an unknown context) get uniforms from
+        ``step.generator`` (one ``rand`` of shape (B, K, V)); padding targets are ignored by the engine.
         """
         p = self.params
+        m = step.marginals
         B, G = step.tokens.shape
-        K, V = step.logits.shape[1], step.logits.shape[2]
-        dev = step.logits.device
-        if p.keying == "position":  # the same rows for every text: cache (1, G, V), expand over the batch
+        K, V = m.targets.shape[1], m.logits.shape[-1]
+        dev = m.logits.device
+        if p.keying == "position":  # the same rows for every text: cache (1, G, V), gather the targets
             pos = torch.arange(G, device=dev)[None, :]  # (1, G)
             rows = self._rows.lookup(pos, torch.ones_like(pos, dtype=torch.bool), self.uniform_rows, V, torch.float32)
-            return rows.expand(B, G, V) if step.positions is None else rows[0][step.positions]  # (B, G|K, V)
+            return rows[0][m.target_positions]  # (B, K, V)
         ctx, ok = gather_context(step.tokens, ~step.masked, p.context, step.prompt_ids, step.prompt_mask)  # (B, G, |O|)
-        sel = step.at_rows(step.masked & ok)  # (B, G|K) keyable now
-        noise = torch.rand((B, K, V), generator=step.generator, device=dev).clamp_(_U_MIN, _U_MAX)  # (B, G|K, V)
+        sel = m.at_targets(step.masked & ok)  # (B, K) keyable now
+        noise = torch.rand((B, K, V), generator=step.generator, device=dev).clamp_(_U_MIN, _U_MAX)  # (B, K, V)
         if not bool(sel.any()):
             return noise
-        hashes = step.at_rows(context_hash(ctx, V, p.hash))  # (B, G|K)
-        rows = self._rows.lookup(hashes, sel, self.uniform_rows, V, torch.float32)  # (B, G|K, V)
+        hashes = m.at_targets(context_hash(ctx, V, p.hash))  # (B, K)
+        rows = self._rows.lookup(hashes, sel, self.uniform_rows, V, torch.float32)  # (B, K, V)
         return torch.where(sel[..., None], rows, noise)
 
     # ------------------------------------------------------------------ detection

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from sketchwm.components import DenoiseStep
+from sketchwm.components import DenoiseStep, MarginalReads
 
 from .context import KeyedRowCache, context_hash, gather_context
 from .green import ContextGreenListScheme, GreenListParams
@@ -30,7 +30,7 @@ class KGWNaiveScheme(ContextGreenListScheme):
 
     name = "kgw-naive"
     Params = KGWNaiveParams
-    needs_all_marginals = False  # a row's tilt depends on the known tokens only
+    reads = MarginalReads.sampled()  # a row's tilt depends on that row and the known tokens only
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):
         super().__init__(params, key, vocab_size, device)
@@ -45,15 +45,17 @@ class KGWNaiveScheme(ContextGreenListScheme):
         return self.green(h[:, None], torch.arange(self.vocab_size, device=h.device)[None, :])
 
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
-        """l + δ·G(h_i, ·) at masked positions i whose context is fully known; shaped like
-        ``step.logits`` ((B, G, V), or (B, K, V) at ``step.positions``), float32."""
+        """l + δ·G(h_i, ·) at the target rows i that are masked and whose context is fully known;
+        (B, K, V) float32."""
         p = self.params
+        m = step.marginals
+        logits = m.target_logits()  # (B, K, V)
         if p.delta == 0.0:
-            return step.logits
+            return logits
         ctx, ok = gather_context(step.tokens, ~step.masked, p.context, step.prompt_ids, step.prompt_mask)  # (B, G, |O|)
-        sel = step.at_rows(step.masked & ok)  # (B, G) or (B, K)
+        sel = m.at_targets(step.masked & ok)  # (B, K)
         if not bool(sel.any()):
-            return step.logits
-        h = step.at_rows(context_hash(ctx, self.vocab_size, p.hash))  # (B, G) or (B, K)
+            return logits
+        h = m.at_targets(context_hash(ctx, self.vocab_size, p.hash))  # (B, K)
         green = self._rows.lookup(h, sel, self.green_rows, self.vocab_size, torch.bool)  # rows valid on sel
-        return step.logits + p.delta * (green & sel[..., None]).to(step.logits.dtype)  # (B, G, V)
+        return logits + p.delta * (green & sel[..., None]).to(logits.dtype)  # (B, K, V)

@@ -37,7 +37,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from sketchwm.components import DenoiseStep, SchemeScores, WatermarkScheme
+from sketchwm.components import DenoiseStep, MarginalReads, SchemeScores, WatermarkScheme
 from sketchwm.config import StrictModel
 from sketchwm.prf import keyed_uniform
 from sketchwm.stats import permutation_pvalue, standardise
@@ -123,7 +123,8 @@ class KTHExpEditScheme(WatermarkScheme):
 
     name = "kth-exp-edit"
     Params = KTHExpEditParams
-    needs_all_marginals = False  # only the sampled rows' uniforms are needed
+    reads = MarginalReads.sampled()  # only the sampled rows' uniforms are needed
+    noise = "keyed"
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):
         super().__init__(params, key, vocab_size, device)
@@ -151,18 +152,17 @@ class KTHExpEditScheme(WatermarkScheme):
         self._shift = None
 
     def sampling_uniforms(self, step: DenoiseStep) -> torch.Tensor:
-        """ξ_{(i+τ_b) mod n} for every position i of text b; shaped like ``step.logits`` ((B, G, V), or
-        (B, K, V) at ``step.positions``), float32."""
-        B, G = step.tokens.shape
+        """ξ_{(i+τ_b) mod n} at every target position i of text b: (B, K, V) float32."""
+        B = step.tokens.shape[0]
         n = self.params.key_len
+        dev = step.marginals.logits.device
         if self._shift is None or self._shift.shape[0] != B:
             if self.params.random_shift:
-                self._shift = torch.randint(n, (B,), generator=step.generator, device=step.logits.device)
+                self._shift = torch.randint(n, (B,), generator=step.generator, device=dev)
             else:
-                self._shift = torch.zeros(B, dtype=torch.long, device=step.logits.device)
-        i = torch.arange(G, device=step.logits.device)[None, :] if step.positions is None else step.positions
-        rows = (i + self._shift[:, None]) % n  # (B, G) or (B, K)
-        return self.table().to(step.logits.device)[rows]  # (B, G|K, V)
+                self._shift = torch.zeros(B, dtype=torch.long, device=dev)
+        rows = (step.marginals.target_positions + self._shift[:, None]) % n  # (B, K)
+        return self.table().to(dev)[rows]  # (B, K, V)
 
     # ------------------------------------------------------------------ detection
     def statistic(self, ids: torch.Tensor, lengths: torch.Tensor, null: bool = False) -> torch.Tensor:

@@ -41,8 +41,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from sketchwm.components import DenoiseStep
-from sketchwm.errors import InputError
+from sketchwm.components import DenoiseStep, MarginalReads
 
 from .context import context_hash
 from .green import ContextGreenListScheme, GreenListParams
@@ -72,38 +71,14 @@ class RedGreenDLMScheme(ContextGreenListScheme):
 
     name = "red-green-dlm"
     Params = RedGreenDLMParams
-    #: J reads every masked marginal only through its top-k candidates; with random remasking the
-    #: engine passes the masked rows packed and the tilt is applied to the sampled rows only.
-    packed_marginals = True
 
     @property
-    def marginal_radius(self) -> int:
-        """The sampled row j's gradient reads the candidates of i + o' for i = j − o (o, o' ∈ O):
-        masked rows within 2·max|o| of j are all it needs."""
-        return 2 * max(abs(o) for o in self.params.context)
+    def reads(self) -> MarginalReads:
+        """The target row j's gradient reads the candidates of i + o' for i = j − o (o, o' ∈ O):
+        the masked rows within 2·max|o| of j are all it needs."""
+        return MarginalReads.near(2 * max(abs(o) for o in self.params.context))
 
     # ------------------------------------------------------------------ expected green score
-    def candidates(self, probs: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Top-k candidates of every position's distribution.
-
-        Args:
-            probs: (B, G, V) marginals.
-            tokens: (B, G) int64 current tokens.
-            masked: (B, G) bool; known positions become a point mass on their token.
-
-        Returns:
-            tokens (B, G, k) int64 and weights (B, G, k) float, k = min(max(top-k's), V), sorted
-            by weight.
-        """
-        p = self.params
-        k = min(max(p.top_k_context, p.top_k_token), probs.shape[-1])
-        w, t = torch.topk(probs, k, dim=-1)  # (B, G, k)
-        point_t = torch.zeros_like(t)
-        point_t[..., 0] = tokens
-        point_w = torch.zeros_like(w)
-        point_w[..., 0] = 1.0
-        return torch.where(masked[..., None], t, point_t), torch.where(masked[..., None], w, point_w)
-
     def _context_slots(self, t: torch.Tensor, w: torch.Tensor, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor):
         """Candidates of the token at i + o for every offset o (prompt tokens are point masses).
 
@@ -202,75 +177,66 @@ class RedGreenDLMScheme(ContextGreenListScheme):
         w, t = torch.topk(q, k, dim=-1)  # (B, G, k)
         return self.expected_green_candidates(t, w, w, prompt_ids, prompt_mask)
 
-    def packed_candidates(self, step: DenoiseStep) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`candidates` of every position from the packed masked rows of ``step``.
-
-        Args:
-            step: a :class:`DenoiseStep` with ``masked_logits`` (B, M, V), ``masked_positions`` and
-                ``masked_valid`` (B, M) (the engine's packed-marginals path).
+    def marginal_candidates(self, step: DenoiseStep) -> tuple[torch.Tensor, torch.Tensor]:
+        """Top-k candidates of every position's distribution, from the packed rows of ``step.marginals``.
 
         Returns:
-            tokens (B, G, k) int64 and weights (B, G, k) float32, equal to :meth:`candidates` on the
-            unpacked (B, G, V) marginals at the packed rows and at known positions; masked positions
-            the engine did not pack (outside ``marginal_radius`` of every sampled row) are left as a
-            point mass on their [MASK] id, which no term of the sampled rows' gradient reads.
+            tokens (B, G, k) int64 and weights (B, G, k) float32, sorted by weight (k = the larger
+            top-k): the marginal's top-k at the masked rows the marginals hold, a point mass on the
+            token at known positions. Masked positions the marginals do not hold (farther than
+            :attr:`reads`' radius from every target) are left as a point mass on their [MASK] id,
+            which no term of the targets' gradient reads.
         """
-        k = min(max(self.params.top_k_context, self.params.top_k_token), step.masked_logits.shape[-1])
-        w_m, t_m = torch.topk(torch.softmax(step.masked_logits.float(), dim=-1), k, dim=-1)  # (B, M, k)
+        m = step.marginals
+        k = min(max(self.params.top_k_context, self.params.top_k_token), m.logits.shape[-1])
+        w_m, t_m = torch.topk(torch.softmax(m.logits.float(), dim=-1), k, dim=-1)  # (B, R, k)
         B, G = step.tokens.shape
         t = torch.zeros((B, G, k), dtype=torch.long, device=t_m.device)
         w = torch.zeros((B, G, k), dtype=w_m.dtype, device=w_m.device)
         t[..., 0] = step.tokens  # known positions: a point mass on their token
         w[..., 0] = 1.0
-        idx = step.masked_positions[..., None].expand(-1, -1, k)  # (B, M, k)
-        keep = step.masked_valid[..., None]  # padding rows point at known positions: leave those
+        idx = m.positions[..., None].expand(-1, -1, k)  # (B, R, k)
+        keep = m.valid[..., None]  # padding rows point at known positions: leave those
         t.scatter_(1, idx, torch.where(keep, t_m, torch.gather(t, 1, idx)))
         w.scatter_(1, idx, torch.where(keep, w_m, torch.gather(w, 1, idx)))
         return t, w
 
     def candidate_gradient(self, step: DenoiseStep) -> tuple[torch.Tensor, torch.Tensor]:
-        """∂J/∂p_i(v) on the candidates: tokens (B, G, k) int64 and gradient (B, G, k) float32,
-        zero at known positions. From ``step.masked_logits`` when the engine packs the masked rows,
-        else from ``step.logits`` (B, G, V).
+        """∂J/∂p_i(v) on the candidates (:meth:`marginal_candidates`): tokens (B, G, k) int64 and
+        gradient (B, G, k) float32, exact at the target rows (only the terms of J their marginals
+        enter are summed, :meth:`gradient_rows`), zero at known positions.
 
         The gradient with respect to the context weights is the predictive bias, the one with
         respect to the token weights the expectation boost (``terms`` keeps one or both).
         """
-        masked = step.masked  # (B, G)
-        if step.masked_logits is not None:
-            t, w = self.packed_candidates(step)
-        elif step.logits.shape[1] != masked.shape[1]:
-            raise InputError("red-green-dlm needs the marginals of every masked position: (B, G, V) logits or "
-                             f"packed masked_logits, got logits {tuple(step.logits.shape)} and no masked_logits")
-        else:
-            probs = torch.softmax(step.logits.float(), dim=-1)  # (B, G, V)
-            t, w = self.candidates(probs, step.tokens, masked)  # (B, G, k)
+        t, w = self.marginal_candidates(step)  # (B, G, k)
         terms = self.params.terms
-        rows = rows_valid = None
-        if step.positions is not None:  # only the sampled rows' gradient is used: only their terms of J
-            rows, rows_valid = self.gradient_rows(step.positions, masked.shape[1])
+        rows, rows_valid = self.gradient_rows(step.marginals.target_positions, step.masked.shape[1])
         with torch.enable_grad():
             w_ctx = w.detach().requires_grad_(terms != "expectation-boost")
             w_tok = w.detach().requires_grad_(terms != "predictive-bias")
             J = self.expected_green_candidates(t, w_ctx, w_tok, step.prompt_ids, step.prompt_mask, rows, rows_valid)  # (B,)
             leaves = [x for x in (w_ctx, w_tok) if x.requires_grad]
             grads = torch.autograd.grad(J.sum(), leaves)  # each (B, G, k)
-        return t, sum(grads) * masked[..., None]  # known positions are not tilted
+        return t, sum(grads) * step.masked[..., None]  # known positions are not tilted
 
     def tilt_direction(self, step: DenoiseStep) -> torch.Tensor:
-        """∂J/∂p_i(v) at the current marginals, scattered onto the vocabulary: (B, G, V) float32,
-        zero at known positions (``step`` with full (B, G, V) logits)."""
+        """∂J/∂p_i(v) at the target rows, scattered onto the vocabulary: (B, K, V) float32, zero at
+        known positions."""
         t, g = self.candidate_gradient(step)
-        return torch.zeros_like(step.logits, dtype=torch.float32).scatter_add_(-1, t, g)  # (B, G, V)
+        m = step.marginals
+        K, V = m.targets.shape[1], m.logits.shape[-1]
+        zeros = torch.zeros((t.shape[0], K, V), dtype=torch.float32, device=t.device)
+        return zeros.scatter_add_(-1, m.at_targets(t), m.at_targets(g))  # (B, K, V)
 
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
-        """Exponential tilt (tilt) in logit space: l + δ·∂J/∂p at masked positions; (B, G, V) float32,
-        or (B, K, V) on the sampled rows (modified in place) when the engine packs the masked rows."""
+        """Exponential tilt (tilt) in logit space at the target rows: l + δ·∂J/∂p, (B, K, V) float32
+        (``step.marginals.target_logits()`` modified in place)."""
         p = self.params
+        logits = step.marginals.target_logits()
         if p.delta == 0.0 or not bool(step.masked.any()):
-            return step.logits
+            return logits
         strength = p.delta / (len(p.context) + 1) if p.normalize else p.delta
-        if step.positions is not None:  # packed path: tilt the K sampled rows in place, (B, K, V)
-            t, g = self.candidate_gradient(step)
-            return step.logits.scatter_add_(-1, step.at_rows(t), strength * step.at_rows(g))
-        return step.logits + strength * self.tilt_direction(step)
+        t, g = self.candidate_gradient(step)
+        m = step.marginals
+        return logits.scatter_add_(-1, m.at_targets(t), strength * m.at_targets(g))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from sketchwm.components import DenoiseStep, SchemeScores, WatermarkScheme, distinct_token_sums
+from sketchwm.components import DenoiseStep, MarginalReads, SchemeScores, WatermarkScheme, distinct_token_sums
 from sketchwm.config import StrictModel
 from sketchwm.prf import keyed_uniform
 from sketchwm.stats import hypergeom_logsf, log10_threshold, scores_from_log_p, standardise
@@ -45,7 +45,7 @@ class UnigramScheme(WatermarkScheme):
 
     name = "unigram"
     Params = UnigramParams
-    needs_all_marginals = False  # the tilt of a row depends on that row only
+    reads = MarginalReads.sampled()  # the tilt of a row depends on that row only
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):
         super().__init__(params, key, vocab_size, device)
@@ -58,10 +58,11 @@ class UnigramScheme(WatermarkScheme):
         self.green_mask[torch.argsort(u)[: self.n_green]] = True  # (V,)
 
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
-        """l + δ·1[v ∈ G] at every row of ``step.logits`` (only masked ones are sampled); (B, G|K, V) float32."""
+        """l + δ·1[v ∈ G] at every target row; (B, K, V) float32."""
+        logits = step.marginals.target_logits()
         if self.params.delta == 0.0:
-            return step.logits
-        return step.logits + self.params.delta * self.green_mask.to(step.logits)[None, None, :]
+            return logits
+        return logits + self.params.delta * self.green_mask.to(logits)[None, None, :]
 
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
         """z-score and exact hypergeometric p-value of the distinct tokens; ids, valid (B, N)."""

@@ -95,7 +95,8 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from sketchwm.components import DenoiseStep, SchemeScores, WatermarkScheme, distinct_token_sums, serial_on_cpu
+from sketchwm.components import (DenoiseStep, MarginalReads, Marginals, SchemeScores, WatermarkScheme, distinct_token_sums,
+                                 serial_on_cpu)
 from sketchwm.config import ComponentSpec, StrictModel
 from sketchwm.context import BuildContext
 from sketchwm.errors import ConfigError, InputError
@@ -312,10 +313,9 @@ class GlobalSketchScheme(WatermarkScheme):
 
     name = "global-sketch"
     Params = GlobalSketchParams
-    #: eq. 5 reads the other positions only through statistics over the masked rows (Σ_{i∈M_t} p_i;
-    #: with a stop token, cumulative sums over the rows in canvas order, which the packing keeps): the
-    #: engine may pass the masked rows packed and tilt only the sampled ones.
-    packed_marginals = True
+    #: eq. 5 reads every masked row (Σ_{i∈M_t} p_i; with a stop token, cumulative sums over the rows
+    #: in canvas order, which the packing keeps); the tilt is applied to the target rows only.
+    reads = MarginalReads.masked()
 
     def __init__(self, params: Any, key: Any, vocab_size: int, device="cpu", registry: Any = None,
                  tokenizer_fingerprint: str | None = None):
@@ -417,27 +417,18 @@ class GlobalSketchScheme(WatermarkScheme):
         except (RuntimeError, AttributeError):  # an exotic backend without the out= kernel
             return torch.softmax(logits, dim=-1)
 
-    def marginal_gradient(
-        self, rows_logits: torch.Tensor, marg_logits: torch.Tensor, marg_valid: torch.Tensor,
-        tokens: torch.Tensor, masked: torch.Tensor, marg_positions: torch.Tensor | None = None,
-        row_index: torch.Tensor | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """a_{k,t}(v) = ½ ∂S(ĥ)/∂p_i(v) at the rows to tilt (eq. 6, and its presence analogue).
+    def marginal_gradient(self, marginals: Marginals, tokens: torch.Tensor,
+                          masked: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """a_{k,t}(v) = ½ ∂S(ĥ)/∂p_i(v) at the target rows (eq. 6, and its presence analogue).
 
         With a stop token (:meth:`set_stop_token`) ĥ is the expected sketch of the text cut at
         its first EOS (:meth:`Sketch.expected_weights_stopping`), n̂ its expected normaliser, and
         a is zero at EOS.
 
         Args:
-            rows_logits: (B, K, V) float32, the marginals (as logits) of the rows to tilt.
-            marg_logits: (B, M, V) float32, the marginals of the masked positions (packed, or the
-                full (B, G, V) state with ``marg_valid`` = M_t); not modified.
-            marg_valid: (B, M) bool, which rows of ``marg_logits`` are masked positions.
+            marginals: :class:`Marginals` holding every masked row (``logits`` (B, R, V), not
+                modified) and the K target rows i.
             tokens: (B, G) int64 current tokens; masked: (B, G) bool, M_t.
-            marg_positions: (B, M) int64 canvas positions of the rows of ``marg_logits`` (None: row
-                j is position j, the full state). Used with a stop token only.
-            row_index: (B, K) int64, the row of ``marg_logits`` each tilted row is (None: the tilted
-                rows are the rows of ``marg_logits``). Used with a stop token only.
 
         Returns:
             a: (B, 1, V) float32 for ``count`` without a stop token (the same at every row:
@@ -445,18 +436,15 @@ class GlobalSketchScheme(WatermarkScheme):
             present for ``presence``); and n̂ (B,) float32, the normaliser (N, E[L], or the expected
             number of distinct kept tokens).
         """
-        factor, rows, op, n_hat = self._tilt_parts(rows_logits, marg_logits, marg_valid, tokens, masked,
-                                                   marg_positions, row_index)
+        factor, rows, op, n_hat = self._tilt_parts(marginals, tokens, masked)
         if rows is None:  # count without a stop token: the same ⟨r, φ(v)⟩/√N at every row
             return factor[:, None, :], n_hat
-        if op == "div":  # presence: a_i(v) = E(v) / q_i(v), a fresh tensor (rows is the step buffer)
+        if op == "div":  # presence: a_i(v) = E(v) / q_i(v), a fresh tensor (rows may be the step buffer)
             return torch.div(factor[:, None, :], rows), n_hat
-        return rows.mul_(factor[:, None, :]) if rows.shape[-1] > 1 else rows * factor[:, None, :], n_hat
+        return rows * factor[:, None, :], n_hat
 
     def _tilt_parts(
-        self, rows_logits: torch.Tensor, marg_logits: torch.Tensor, marg_valid: torch.Tensor,
-        tokens: torch.Tensor, masked: torch.Tensor, marg_positions: torch.Tensor | None = None,
-        row_index: torch.Tensor | None = None,
+        self, marginals: Marginals, tokens: torch.Tensor, masked: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor | None, str, torch.Tensor]:
         """a_{k,t} of :meth:`marginal_gradient` as a per-token factor and a per-row tensor, unmultiplied.
 
@@ -472,23 +460,22 @@ class GlobalSketchScheme(WatermarkScheme):
         zero, and the quotient equals the former exp(Σ_j log(1 − p_j) − log(1 − p_i)) to float32
         rounding; where Π_j(1 − p_j(v)) underflows float32 (< 10⁻³⁸) the quotient is < 10⁻³² |∂S/∂ŵ_v|
         and comes out 0 instead). q is exp of the log(1 − p) that :meth:`Sketch.expected_weights`
-        leaves in the softmax buffer, computed in place: no second softmax or log for the tilted rows
-        (gathered by ``row_index`` on the packed path; recomputed only when neither identifies them).
-        ``rows`` is then that buffer, overwritten at the next step.
+        leaves in the softmax buffer, taken at the target rows (in place when the rows are the
+        targets): no second softmax or log. ``rows`` may then be that buffer, overwritten at the
+        next step.
         """
         N = tokens.shape[1]
         eos = self.stop_token_id
-        probs = self._softmax_into_buffer(marg_logits)  # (B, M, V), buffer
+        probs = self._softmax_into_buffer(marginals.logits)  # (B, R, V), buffer
         dev = probs.device  # the (B, V) ops below run serially on CPU: a thread-pool wake costs more than they do
         if eos is not None:
-            pos = marg_positions if marg_positions is not None else torch.arange(
-                probs.shape[1], device=probs.device).expand(probs.shape[0], -1)
-            w_hat, n_hat, dw = self.sketch.expected_weights_stopping(tokens, masked, probs, pos, marg_valid, eos)
+            w_hat, n_hat, dw = self.sketch.expected_weights_stopping(tokens, masked, probs, marginals.positions,
+                                                                     marginals.valid, eos)
             frozen = None
         else:
             with serial_on_cpu(dev):
                 frozen = self.sketch.counts(tokens.clamp(0, self.vocab_size - 1), ~masked)  # (B, V)
-            w_hat, n_hat, log_absent = self.sketch.expected_weights(frozen, probs, marg_valid, N)  # (B, V), (B,)
+            w_hat, n_hat, log_absent = self.sketch.expected_weights(frozen, probs, marginals.valid, N)  # (B, V), (B,)
         with serial_on_cpu(dev):
             root = n_hat.sqrt()[:, None]  # (B, 1)
             h_hat = self.sketch.project(w_hat) / root  # (B, D), eq. 5
@@ -508,40 +495,20 @@ class GlobalSketchScheme(WatermarkScheme):
             elif log_absent is not None:  # presence: Π_j(1 − p_j(v)) ∂(½S)/∂ŵ_v, 0 on frozen tokens
                 factor = torch.exp(log_absent).mul_(dS_dw).masked_fill_(frozen > 0, 0.0)  # (B, V)
         if eos is not None:  # a_i(v) = ∂ŵ_v/∂p_i(v) · ∂(½S)/∂ŵ_v
-            if row_index is not None:
-                dw = torch.gather(dw, 1, row_index[..., None].expand(-1, -1, dw.shape[-1]))  # (B, K, ·)
-            return dS_dw, dw, "mul", n_hat
+            return dS_dw, marginals.at_target_rows(dw), "mul", n_hat
         if log_absent is None:  # count: ∂ĥ/∂p_i(v) = φ(v)/√N at every masked row
             return dS_dw, None, "mul", n_hat
-        # presence: ∂ŵ_v/∂p_i(v) = Π_{j≠i}(1 − p_j(v)) = Π_j(1 − p_j(v)) / q_i(v) (0 if v is frozen)
-        if rows_logits is marg_logits:  # probs holds log(1 − p) of the very rows: q = exp of it, in place
-            q = probs.exp_()
-        elif row_index is not None:  # the tilted rows are packed rows: gather their log(1 − p)
-            q = torch.gather(probs, 1, row_index[..., None].expand(-1, -1, probs.shape[-1])).exp_()  # (B, K, V)
-        else:
-            q = torch.softmax(rows_logits, dim=-1).clamp_(max=1 - 1e-6).neg_().add_(1.0)  # (B, K, V)
-        return factor, q, "div", n_hat
+        # presence: ∂ŵ_v/∂p_i(v) = Π_{j≠i}(1 − p_j(v)) = Π_j(1 − p_j(v)) / q_i(v) (0 if v is frozen);
+        # probs holds log(1 − p) of the rows: q = exp of it at the targets
+        return factor, marginals.at_target_rows(probs).exp_(), "div", n_hat
 
     def token_gradient(self, logits: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
-        """a_{k,t}(v) of eq. (6) at every row of the full state: logits (B, G, V) → (B, 1, V)
-        (``count``) or (B, G, V) (``presence``) float32; see :meth:`marginal_gradient`."""
-        return self.marginal_gradient(logits, logits, masked, tokens, masked)[0]
-
-    def packed_token_gradient(self, masked_logits: torch.Tensor, masked_valid: torch.Tensor, tokens: torch.Tensor,
-                              masked: torch.Tensor, rows_logits: torch.Tensor | None = None) -> torch.Tensor:
-        """a_{k,t}(v) of eq. (6) from packed masked marginals (``DenoiseStep.masked_logits`` (B, M, V),
-        ``masked_valid`` (B, M)); the rows tilted are ``rows_logits`` (default: the packed rows)."""
-        rows = masked_logits if rows_logits is None else rows_logits
-        mpos = None
-        if self.stop_token_id is not None:  # packed rows are the masked positions in order (as the engine packs them)
-            from sketchwm.engine import packed_masked_positions
-
-            mpos = packed_masked_positions(masked)[0][:, : masked_logits.shape[1]]
-        return self.marginal_gradient(rows, masked_logits, masked_valid, tokens, masked, mpos)[0]
+        """:meth:`marginal_gradient` on a full canvas, logits (B, G, V) → a (B, 1, V) or (B, G, V)
+        float32 (every masked row a target, :meth:`Marginals.canvas`)."""
+        return self.marginal_gradient(Marginals.canvas(logits, masked), tokens, masked)[0]
 
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
-        """Exponential tilt of eq. (7) in logit space: logits + η_t a_{k,t}, (B, G, V) (or (B, K, V)
-        on the sampled rows when the engine packs the masked marginals into ``step.masked_logits``).
+        """Exponential tilt of eq. (7) in logit space at the target rows: logits + η_t a, (B, K, V).
 
         η_t = δ·√n̂·s(τ) per text (τ: :meth:`denoising_time`, s: :meth:`schedule_weight`): n̂ = N
         for ``count`` (so the shift is δ·s·⟨r, φ(v)⟩, as before), the expected number of distinct
@@ -549,31 +516,21 @@ class GlobalSketchScheme(WatermarkScheme):
         stop token). With a stop token EOS is not tilted as a content token: its probability is
         kept exactly, p̃_i(e) = p_i(e), and the other tokens are tilted among themselves,
         p̃_i(v) = (1 − p_i(e))·p_i(v)e^{η a(v)} / Σ_{z≠e} p_i(z)e^{η a(z)}, so the watermark does
-        not move the model's decision to stop at this step. Modifies ``step.logits`` in place.
+        not move the model's decision to stop at this step. Tilts ``step.marginals.target_logits()``
+        in place.
         """
         b0, b1 = step.block
         n_blocks = max(1, step.tokens.shape[1] // max(1, b1 - b0))
         s = self.params.delta * self.schedule_weight(self.denoising_time(step), step.total_steps // n_blocks)  # (B,)
         if not bool((s > 0).any()):
-            return step.logits
-        if step.masked_logits is not None:  # packed masked rows; step.logits holds the sampled rows
-            row_index = None
-            if step.positions is not None:  # the packed row of each sampled row
-                M = step.masked_positions.shape[1]
-                row_of = torch.zeros_like(step.tokens).scatter_(
-                    1, step.masked_positions, torch.arange(M, device=step.tokens.device).expand(step.tokens.shape[0], -1))
-                row_index = torch.gather(row_of, 1, step.positions)  # (B, K)
-            parts = self._tilt_parts(step.logits, step.masked_logits, step.masked_valid, step.tokens, step.masked,
-                                     step.masked_positions, row_index)
-        else:
-            parts = self._tilt_parts(step.logits, step.logits, step.masked, step.tokens, step.masked)
-        factor, rows, op, n_hat = parts
+            return step.marginals.target_logits()
+        factor, rows, op, n_hat = self._tilt_parts(step.marginals, step.tokens, step.masked)
         with serial_on_cpu(factor.device):
             factor = (factor * (s * n_hat.sqrt())[:, None])[:, None, :]  # (B, 1, V) η_t·factor
         eos = self.stop_token_id
-        logits = step.logits
+        logits = step.marginals.target_logits()  # (B, K, V), after _tilt_parts read the rows
 
-        def tilt() -> None:  # logits += η_t a, fused: one pass over (B, G|K, V)
+        def tilt() -> None:  # logits += η_t a, fused: one pass over (B, K, V)
             if rows is None:
                 logits.add_(factor)
             elif op == "div":
@@ -583,7 +540,7 @@ class GlobalSketchScheme(WatermarkScheme):
 
         if eos is None:
             tilt()
-            return logits  # (B, G|K, V)
+            return logits  # (B, K, V)
         eos_logit = logits[..., eos].clone()  # (B, K)
         logits[..., eos] = float("-inf")
         lse_before = torch.logsumexp(logits, -1)  # (B, K) log Σ_{z≠e} exp(logit z)

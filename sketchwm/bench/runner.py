@@ -394,18 +394,13 @@ class RunContext:
 def _kl_recorder(process_logits: Any, sink: list[torch.Tensor]) -> Any:
     """Wrap a scheme's ``process_logits`` to record KL(p̃‖p) (nats, float64) of the rows it tilts.
 
-    p = softmax of the model's logits, p̃ = softmax of the scheme's; rows: the K sampled rows when the
-    engine passes ``step.positions`` (packed path, (B, K, V)), else the masked rows of the current
-    block ((B, G, V) path) — the marginals tokens are sampled from. The texts are unchanged.
+    p = softmax of the model's logits, p̃ = softmax of the scheme's; rows: the step's valid target rows
+    (``step.marginals``), the marginals tokens are sampled from. The texts are unchanged.
     """
     def wrapped(step: Any) -> torch.Tensor:
-        base = step.logits.detach().clone()
+        base = step.marginals.target_logits().detach().clone()  # (B, K, V), before the hook tilts it
         out = process_logits(step)
-        if step.positions is not None:
-            rows = torch.ones(base.shape[:2], dtype=torch.bool, device=base.device)
-        else:
-            g = torch.arange(step.tokens.shape[1], device=base.device)[None]
-            rows = step.masked & (g >= step.block[0]) & (g < step.block[1])  # (B, G)
+        rows = step.marginals.target_valid  # (B, K)
         lp, lq = torch.log_softmax(base[rows].double(), -1), torch.log_softmax(out[rows].double(), -1)  # (M, V)
         sink.append((lq.exp() * (lq - lp).nan_to_num(0.0, 0.0, 0.0)).sum(-1).cpu())  # (M,)
         return out
