@@ -39,6 +39,7 @@ __all__ = [
     "MarginalReads",
     "Marginals",
     "packed_masked_positions",
+    "check_token_ids",
     "WatermarkScheme",
     "SchemeScores",
     "Attack",
@@ -147,6 +148,37 @@ def ids_summary(ids: torch.Tensor, valid: torch.Tensor | None = None) -> tuple[t
     if not bool(valid.any()):
         return lengths, 0, 0
     return lengths, int(ids[valid].min()), int(ids[valid].max())
+
+
+def check_token_ids(ids: torch.Tensor, valid: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate detector input (every scheme's ``score_ids`` starts here; see
+    :meth:`WatermarkScheme.check_ids`).
+
+    Args:
+        ids: (B, N) integer token ids.
+        valid: (B, N) bool, False on padding.
+        vocab_size: V.
+
+    Returns:
+        ids (B, N) int64 and valid (B, N) bool.
+
+    Raises:
+        InputError: wrong rank or shapes, or a valid id outside [0, V).
+    """
+    if not torch.is_tensor(ids) or ids.dim() != 2:
+        raise InputError(f"ids must be a (batch, length) tensor, got shape {tuple(getattr(ids, 'shape', ()))}")
+    if not torch.is_tensor(valid) or valid.shape != ids.shape:
+        raise InputError(f"valid must have the shape of ids {tuple(ids.shape)}, got {tuple(getattr(valid, 'shape', ()))}")
+    if ids.dtype.is_floating_point or ids.dtype == torch.bool:
+        raise InputError(f"ids must be integers, got {ids.dtype}")
+    ids, valid = ids.long(), valid.bool()
+    v_ids = ids[valid]
+    if v_ids.numel():
+        lo, hi = int(v_ids.min()), int(v_ids.max())
+        if lo < 0 or hi >= vocab_size:
+            bad = hi if hi >= vocab_size else lo
+            raise InputError(f"token id {bad} is outside the vocabulary [0, {vocab_size})")
+    return ids.clamp(0, vocab_size - 1), valid
 
 
 def distinct_token_sums(ids: torch.Tensor, valid: torch.Tensor, values: torch.Tensor, keep: torch.Tensor,
@@ -1127,6 +1159,15 @@ class WatermarkScheme(Component):
     #   score_ids(ids (B, N) int64, valid (B, N) bool) -> SchemeScores, every field (B,)
     #   analytic_threshold(alpha: float, n_tokens: int) -> float  (NotImplementedError: no closed form)
     # Build p-values from sketchwm.stats (exact tails, bounds, permutation p-values, scores_from_log_p).
+    def check_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Detector input on the scheme's device, checked: ids (B, N) int64 (valid ones in [0, V), the
+        rest clamped there) and valid (B, N) bool. See :func:`check_token_ids`.
+
+        Raises:
+            InputError: wrong rank or shapes, non-integer ids, or a valid id outside [0, V) (named).
+        """
+        return check_token_ids(ids.to(self.device), valid.to(self.device), self.vocab_size)
+
     @abstractmethod
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
         """Detection statistics for ids (B, N) int64 with valid (B, N) bool (padding False).

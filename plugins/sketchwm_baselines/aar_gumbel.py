@@ -35,7 +35,7 @@ from sketchwm.components import DenoiseStep, MarginalReads, SchemeScores, Waterm
 from sketchwm.prf import keyed_uniform
 from sketchwm.stats import gamma_logsf, log10_threshold, scores_from_log_p, standardise
 
-from .context import ContextParams, KeyedRowCache, check_ids, context_hash, first_occurrence, gather_context, pair_counter
+from .context import ContextParams, KeyedRowCache, context_hash, first_occurrence, gather_context, pair_counter
 
 __all__ = ["AARGumbelScheme", "AARGumbelParams"]
 
@@ -112,7 +112,7 @@ class AARGumbelScheme(WatermarkScheme):
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
         """S = Σ −log(1 − r_x) with its exact Gamma(n, 1) p-value; ids, valid (B, N)."""
         p = self.params
-        ids, valid = check_ids(ids.to(self.device), valid.to(self.device), self.vocab_size)
+        ids, valid = self.check_ids(ids, valid)
         B, N = ids.shape
         V = self.vocab_size
         if p.keying == "position":

@@ -21,12 +21,10 @@ import torch
 from pydantic import field_validator
 
 from sketchwm.config import StrictModel
-from sketchwm.errors import InputError
 
 __all__ = [
     "HashKind",
     "ContextParams",
-    "check_ids",
     "gather_context",
     "context_hash",
     "pair_counter",
@@ -59,36 +57,6 @@ class ContextParams(StrictModel):
         if any(abs(o) > 8 for o in v):
             raise ValueError("context offsets must lie in [-8, 8]")
         return tuple(sorted(v))
-
-
-def check_ids(ids: torch.Tensor, valid: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Validate detector input.
-
-    Args:
-        ids: (B, N) integer token ids.
-        valid: (B, N) bool, False on padding.
-        vocab_size: V.
-
-    Returns:
-        ids (B, N) int64 and valid (B, N) bool.
-
-    Raises:
-        InputError: wrong rank or shapes, or a valid id outside [0, V).
-    """
-    if not torch.is_tensor(ids) or ids.dim() != 2:
-        raise InputError(f"ids must be a (batch, length) tensor, got shape {tuple(getattr(ids, 'shape', ()))}")
-    if not torch.is_tensor(valid) or valid.shape != ids.shape:
-        raise InputError(f"valid must have the shape of ids {tuple(ids.shape)}, got {tuple(getattr(valid, 'shape', ()))}")
-    if ids.dtype.is_floating_point or ids.dtype == torch.bool:
-        raise InputError(f"ids must be integers, got {ids.dtype}")
-    ids, valid = ids.long(), valid.bool()
-    v_ids = ids[valid]
-    if v_ids.numel():
-        lo, hi = int(v_ids.min()), int(v_ids.max())
-        if lo < 0 or hi >= vocab_size:
-            bad = hi if hi >= vocab_size else lo
-            raise InputError(f"token id {bad} is outside the vocabulary [0, {vocab_size})")
-    return ids.clamp(0, vocab_size - 1), valid
 
 
 def gather_context(

@@ -15,7 +15,7 @@ from sketchwm.components import SchemeScores, WatermarkScheme
 from sketchwm.prf import keyed_uniform
 from sketchwm.stats import binomial_logsf, log10_threshold, scores_from_log_p, standardise
 
-from .context import ContextParams, check_ids, context_hash, first_occurrence, gather_context, pair_counter
+from .context import ContextParams, context_hash, first_occurrence, gather_context, pair_counter
 
 __all__ = ["green_bits", "GreenListParams", "ContextGreenListScheme"]
 
@@ -85,7 +85,7 @@ class ContextGreenListScheme(WatermarkScheme):
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
         """Binomial test on the green count of distinct (hash, token) pairs; ids, valid (B, N)."""
         p = self.params
-        ids, valid = check_ids(ids.to(self.device), valid.to(self.device), self.vocab_size)
+        ids, valid = self.check_ids(ids, valid)
         ctx, ok = gather_context(ids, valid, p.context)  # (B, N, |O|), (B, N)
         h = context_hash(ctx, self.vocab_size, p.hash)  # (B, N)
         keep = first_occurrence(pair_counter(h, ids, self.vocab_size), valid & ok)  # (B, N)

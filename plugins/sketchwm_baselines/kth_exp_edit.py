@@ -42,7 +42,6 @@ from sketchwm.config import StrictModel
 from sketchwm.prf import keyed_uniform
 from sketchwm.stats import permutation_pvalue, standardise
 
-from .context import check_ids
 
 __all__ = ["KTHExpEditScheme", "KTHExpEditParams", "levenshtein_min"]
 
@@ -194,7 +193,7 @@ class KTHExpEditScheme(WatermarkScheme):
 
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
         """φ, its null-standardised z and the permutation p-value; ids, valid (B, N)."""
-        ids, valid = check_ids(ids.to(self.device), valid.to(self.device), self.vocab_size)
+        ids, valid = self.check_ids(ids, valid)
         order = torch.argsort((~valid).to(torch.int8), dim=1, stable=True)  # valid tokens first, in order
         ids = ids.gather(1, order)
         lengths = valid.sum(1)  # (B,)

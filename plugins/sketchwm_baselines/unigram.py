@@ -21,7 +21,6 @@ from sketchwm.config import StrictModel
 from sketchwm.prf import keyed_uniform
 from sketchwm.stats import hypergeom_logsf, log10_threshold, scores_from_log_p, standardise
 
-from .context import check_ids
 
 __all__ = ["UnigramScheme", "UnigramParams"]
 
@@ -66,7 +65,7 @@ class UnigramScheme(WatermarkScheme):
 
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
         """z-score and exact hypergeometric p-value of the distinct tokens; ids, valid (B, N)."""
-        ids, valid = check_ids(ids.to(self.device), valid.to(self.device), self.vocab_size)
+        ids, valid = self.check_ids(ids, valid)
         g, n = distinct_token_sums(ids, valid, *self._tables())  # (B,) distinct green, distinct tokens
         gamma = self.n_green / self.vocab_size
         z = standardise(g, gamma * n, n * gamma * (1 - gamma))
