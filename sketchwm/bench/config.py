@@ -86,12 +86,13 @@ class PromptSet(StrictModel):
 class StealingSpec(StrictModel):
     """Watermark stealing (Jovanović et al. 2024): fit a stealer on ``train_n`` watermarked texts,
     spoof ``spoof_n`` unwatermarked generations with logit boost ``delta``, scrub the watermarked
-    texts at ``scrub_strengths``."""
+    texts at ``scrub_strengths`` (the first ``scrub_n`` of them; None: all)."""
 
     train_n: list[int] = Field(min_length=1)
     spoof_n: int = Field(20, ge=1)
     delta: float = Field(4.0, ge=0)
     scrub_strengths: list[float] = []
+    scrub_n: int | None = Field(None, ge=1)
 
 
 class BenchConfig(StrictModel):

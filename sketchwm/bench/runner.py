@@ -161,7 +161,8 @@ def plan(cfg: BenchConfig, registry: Any) -> list[tuple[Unit, list[Cell]]]:
                                     add("spoof", "steal-spoof", cfg.stealing.delta, {"delta": cfg.stealing.delta},
                                         min(ps.n, cfg.stealing.spoof_n), tn, {"stealing": sp})
                                     for st in cfg.stealing.scrub_strengths:
-                                        add("scrub", "steal-scrub", st, {}, ps.n, tn, {"stealing": sp})
+                                        add("scrub", "steal-scrub", st, {}, min(ps.n, cfg.stealing.scrub_n or ps.n), tn,
+                                            {"stealing": sp})
                             out.append((unit, cells))
     return out
 
