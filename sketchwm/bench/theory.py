@@ -22,7 +22,8 @@ Four checks, each a benchmark cell kind whose numbers the ``theory`` metrics
   domains, and the number of (key, domain) pairs for which a one-sided binomial test rejects
   FPR ≤ α at level 0.01 / (number of pairs) (Bonferroni): 0 when every key is sound.
 * ``theory-edit`` — **edit sensitivity** (Lemma 5.5, Theorem 5.6): k random token edits
-  (substitutions, insertions, deletions) of the unit's watermarked texts; for every pair the
+  (substitutions, insertions, deletions) of the watermarked texts of ``theory-kl``, and the k
+  substitutions that move the score most; for every pair the
   observed |S_k(y) − S_k(y')| of the penalised score (eq. 2) on the scheme's sketch h = H/√N is
   compared with the bound (2√D + λ(‖h‖+‖h'‖))·c·L_φ·E/√N_min, c = 2 at equal normaliser (eq. 23)
   else 3 (eq. 22), E the Levenshtein distance, L_φ = max_v ‖φ(v)‖ (√d for Count-Sketch). Reported:
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import math
 from typing import Any, Sequence
 
@@ -48,8 +50,7 @@ from ..keys import WatermarkKey
 __all__ = ["PathRecorder", "chain_rule_summary", "fisher_terms", "soundness_summary", "edit_bound", "theory_key",
            "random_edits", "THEORY_KINDS"]
 
-#: cell kinds of the theory checks
-THEORY_KINDS = ("theory-kl", "theory-sound", "theory-edit")
+from .metric import THEORY_KINDS
 
 
 # ---------------------------------------------------------------------------- (a), (b) sampling path
@@ -91,10 +92,13 @@ class PathRecorder:
     Args:
         scales: Fisher scales s (see :func:`fisher_terms`); the sums over all tilted rows accumulate in
             :attr:`fisher_kl` and :attr:`fisher_half_var` ((S,) float64).
+        divergence: (log p (…, V), log p̃ (…, V)) → (…,) float64 per-row divergence credited as the
+            chain-rule term; default KL(p̃‖p) (the tests pass a wrong one to see the check fail).
     """
 
-    def __init__(self, scales: Sequence[float] = ()):
+    def __init__(self, scales: Sequence[float] = (), divergence: Any = None):
         self.scales = list(scales)
+        self.divergence = divergence or (lambda lp, lq: (lq.exp() * (lq - lp).nan_to_num(0.0, 0.0, 0.0)).sum(-1))
         self.kl_sum: list[np.ndarray] = []
         self.log_ratio: list[np.ndarray] = []
         self.rows: list[np.ndarray] = []
@@ -150,7 +154,7 @@ class PathRecorder:
                 fresh &= (g >= step.block[0]) & (g < step.block[1])
             lp, lq = torch.log_softmax(base.double(), -1), torch.log_softmax(out.double(), -1)  # (B, R, V)
             lr = (lq - lp).nan_to_num(0.0, 0.0, 0.0)
-            kl = (lq.exp() * lr).sum(-1)  # (B, R)
+            kl = self.divergence(lp, lq)  # (B, R)
             self._pending = (pos, fresh, lr.float(), kl)
             if self.scales and bool(fresh.any()):
                 k, h = fisher_terms(base[fresh], (out - base)[fresh], self.scales)
@@ -237,6 +241,20 @@ def random_edits(ids: Sequence[int], k: int, vocab: np.ndarray, rng: np.random.G
     return out
 
 
+def adversarial_substitutions(ids: Sequence[int], k: int, c: np.ndarray, vocab: np.ndarray, sign: int = 1) -> list[int]:
+    """``ids`` with ``k`` tokens replaced to move ⟨u_k, H⟩ the most: ``sign`` = 1 replaces the k tokens of
+    lowest c(v) = ⟨u_k, φ_k(v)⟩ by the allowed token of highest c (score-raising), −1 the k of highest c
+    by the lowest (score-lowering, a scrub). Each such substitution moves ⟨u, H⟩ by up to 2d.
+    ``c``: (V,) float64; ``vocab``: allowed replacement ids.
+    """
+    out = np.asarray(ids, dtype=np.int64).copy()
+    cs = sign * c
+    best = int(vocab[np.argmax(cs[vocab])])
+    order = np.argsort(cs[out], kind="stable")[: min(k, out.size)]
+    out[order] = best
+    return out.tolist()
+
+
 def edit_bound(E: np.ndarray, n: np.ndarray, n2: np.ndarray, hn: np.ndarray, hn2: np.ndarray, D: int, lam: float,
                L_phi: float) -> np.ndarray:
     """Theorem 5.6's bound on |S_k(y) − S_k(y')|: (2√D + λ(‖h‖+‖h'‖))·c·L_φ·E/√N_min.
@@ -252,3 +270,154 @@ def edit_bound(E: np.ndarray, n: np.ndarray, n2: np.ndarray, hn: np.ndarray, hn2
     c = np.where(n == n2, 2.0, 3.0)
     lip = 2 * math.sqrt(D) + lam * (np.asarray(hn, np.float64) + np.asarray(hn2, np.float64))
     return lip * c * L_phi * E / np.sqrt(np.maximum(np.minimum(n, n2), 1.0))
+
+
+# ---------------------------------------------------------------------------- cells of the harness
+def _uses_keyed_uniforms(scheme: Any) -> bool:
+    from ..components import WatermarkScheme
+
+    return type(scheme).sampling_uniforms is not WatermarkScheme.sampling_uniforms
+
+
+def sampling_path(ctx: Any, unit: Any, n: int, scales: Sequence[float], seed: int) -> dict[str, Any]:
+    """Generate ``n`` texts of ``unit`` under its keyed scheme with a :class:`PathRecorder` attached.
+
+    Random remasking, temperature 1 and top-p 1 (the chain rule's conditions; the rest of the
+    sampler settings as the run's). Returns ``{"kl_sum", "log_ratio", "rows" (n,), "fisher_kl",
+    "fisher_half_var" (S,), "scales", "ids" (the texts' token ids, cut at a stop token), "note"}``; a scheme that samples with keyed uniforms (distortion-free
+    schemes: tokens are not drawn from softmax of its logits) gets only a note.
+    """
+    from ..engine import MaskedDiffusionSampler
+
+    scheme, be = ctx.scheme(unit), ctx.backend(unit.backend)
+    if _uses_keyed_uniforms(scheme):
+        return {"note": "samples with keyed uniforms (distortion-free): its tokens are not drawn from the tilted "
+                        "marginals, so the chain rule has no tilt to check"}
+    prompts = list(ctx.prompts(unit.prompt_set)["eval"][:n])
+    cfg = {**ctx.sampler_config(unit.backend, unit.length), "temperature": 1.0, "top_p": 1.0, "remasking": "random"}
+    sampler = MaskedDiffusionSampler(be, cfg, scheme)
+    gen = torch.Generator(device=be.device).manual_seed(seed % 2**62)
+    rec = PathRecorder(scales)
+    scheme.process_logits = rec.wrap(type(scheme).process_logits.__get__(scheme))
+    scheme.sampling_uniforms = rec.wrap_uniforms(type(scheme).sampling_uniforms.__get__(scheme))
+    try:
+        bs = ctx.cfg.batch_size
+        ids: list[list[int]] = []
+        for i in range(0, len(prompts), bs):
+            batch = prompts[i:i + bs]
+            rec.begin(len(batch))
+            out = sampler.generate(batch, gen)
+            rec.end(out.ids)
+            ids += [row[: int(n)] for row, n in zip(out.ids.tolist(), out.lengths.tolist())]
+    finally:
+        del scheme.process_logits, scheme.sampling_uniforms  # back to the class methods
+    note = "keyed uniforms returned during sampling" if rec.keyed_uniforms else ""
+    return {"kl_sum": np.concatenate(rec.kl_sum), "log_ratio": np.concatenate(rec.log_ratio),
+            "rows": np.concatenate(rec.rows), "fisher_kl": rec.fisher_kl, "fisher_half_var": rec.fisher_half_var,
+            "scales": list(scales), "ids": ids, "note": note}
+
+
+def soundness_pvalues(ctx: Any, unit: Any, spec: Any) -> np.ndarray:
+    """(n_keys·len(domains), n) p-values of human texts (cut to the unit's length) under fresh keys."""
+    from ..api import Watermarker
+    from ..detection import pad_ids
+    from .runner import _seed, load_prompts
+
+    be = ctx.backend(unit.backend)
+    doms = []
+    for src in spec.domains:
+        texts = load_prompts(src, spec.n_human, _seed(ctx.cfg.seed, "theory", src))[: spec.n_human]
+        doms.append([ids[: unit.length] for ids in be.encode(texts)])
+    n = min(len(d) for d in doms)
+    rows = []
+    params = {"scheme": {"name": unit.scheme_name, "params": json.loads(unit.scheme_params)}}
+    for k in range(spec.n_keys):
+        scheme = Watermarker(theory_key(ctx.cfg.key_seed, k), params, backend=be, registry=ctx.registry).scheme
+        for ids in doms:
+            x, valid = pad_ids(ids[:n])
+            p = scheme.score_ids(x.to(scheme.device), valid.to(scheme.device)).p_value.double().cpu().numpy()
+            rows.append(np.nan_to_num(p, nan=1.0))
+    return np.stack(rows)
+
+
+def edit_ratios(scheme: Any, ids: list[list[int]], k: int, vocab: np.ndarray, seed: int,
+                bound_fn: Any = None) -> np.ndarray | None:
+    """Observed |ΔS_k| / bound after ``k`` random edits of each text, then (schemes with
+    ``token_weights``) after its ``k`` score-raising and its ``k`` score-lowering substitutions
+    (:func:`adversarial_substitutions`): (n,) or (3n,) float64. None when the scheme has no sketch with a penalised score. ``bound_fn``
+    replaces :func:`edit_bound` (the tests pass a wrong bound to see the check fail)."""
+    from rapidfuzz.distance import Levenshtein
+
+    from ..detection import pad_ids
+
+    score_fn = getattr(scheme, "score_fn", None)
+    if not (hasattr(scheme, "sketch_ids") and score_fn is not None and hasattr(score_fn, "lam")):
+        return None
+    rng = np.random.default_rng(seed)
+    edited = [random_edits(x, k, vocab, rng) for x in ids]
+    if hasattr(scheme, "token_weights"):  # plus the score-raising and score-lowering substitutions of each text
+        c = scheme.token_weights().double().cpu().numpy()
+        edited += [adversarial_substitutions(x, k, c, vocab, sg) for sg in (1, -1) for x in ids]
+        ids = list(ids) * 3
+    E = np.array([Levenshtein.distance(a, b) for a, b in zip(ids, edited)], dtype=np.float64)
+
+    def sk(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        x, valid = pad_ids(seqs)
+        h, nn = scheme.sketch_ids(x.to(scheme.device), valid.to(scheme.device))
+        s = score_fn.score(scheme.u, h.double())
+        return s.cpu().numpy(), nn.double().cpu().numpy(), h.double().norm(dim=1).cpu().numpy()
+
+    s1, n1, h1 = sk(ids)
+    s2, n2, h2 = sk(edited)
+    sketch = scheme.sketch
+    L_phi = math.sqrt(sketch.params.d) if hasattr(getattr(sketch, "params", None), "d") else _max_feature_norm(sketch)
+    bound = (bound_fn or edit_bound)(E, n1, n2, h1, h2, sketch.dim, float(score_fn.lam), L_phi)
+    diff = np.abs(s1 - s2)
+    return np.where(bound > 0, diff / np.where(bound > 0, bound, 1.0), np.where(diff > 0, np.inf, 0.0))
+
+
+def _max_feature_norm(sketch: Any, chunk: int = 1024) -> float:
+    """L_φ = max_v ‖φ(v)‖ by projecting one-hot weights in chunks of ``chunk`` tokens."""
+    V, best = sketch.vocab_size, 0.0
+    for i in range(0, V, chunk):
+        m = min(chunk, V - i)
+        eye = torch.zeros(m, V)
+        eye[torch.arange(m), torch.arange(i, i + m)] = 1.0
+        best = max(best, float(sketch.project(eye).norm(dim=1).max()))
+    return best
+
+
+def theory_cell(ctx: Any, cell: Any) -> tuple[dict[str, Any], str]:
+    """The evidence of one theory cell (``CellData.extra``) and a note (see module doc).
+
+    ``theory-kl``, ``theory-fisher`` and ``theory-edit`` share one recorded generation per unit
+    (cached on ``ctx``; the edits start from its watermarked texts).
+    """
+    from .runner import _seed
+
+    unit, spec = cell.unit, ctx.cfg.theory
+    path = None
+    if cell.kind != "theory-sound":
+        path = ctx._get(("theory-path", unit), lambda: sampling_path(
+            ctx, unit, spec.n_texts, spec.fisher_scales, _seed(ctx.cfg.seed, "theory-path", unit)))
+    if cell.kind in ("theory-kl", "theory-fisher"):
+        if "kl_sum" not in path:
+            return {}, path["note"]
+        if cell.kind == "theory-kl":
+            return {"chain": chain_rule_summary(path["kl_sum"], path["log_ratio"])}, path["note"]
+        i = path["scales"].index(cell.strength)
+        return {"fisher": (float(path["fisher_kl"][i]), float(path["fisher_half_var"][i]))}, path["note"]
+    if cell.kind == "theory-sound":
+        p = ctx._get(("theory-sound", unit), lambda: soundness_pvalues(ctx, unit, spec))
+        return {"sound": {a: soundness_summary(p, a) for a in (0.01, 0.05)}}, ""
+    # theory-edit
+    be = ctx.backend(unit.backend)
+    banned = np.array(sorted(set(getattr(be, "banned_token_ids", ()) or ()) | {be.mask_token_id}), dtype=np.int64)
+    vocab = np.setdiff1d(np.arange(be.vocab_size), banned)
+    if "ids" not in path:
+        return {}, path["note"]
+    ids = [x for x in path["ids"][: cell.n] if len(x)]
+    r = edit_ratios(ctx.scheme(unit), ids, int(cell.strength), vocab, int(cell.hash, 16) % 2**32)
+    if r is None:
+        return {}, "no sketch with a penalised score: Theorem 5.6 does not apply"
+    return {"edit": r}, ""
