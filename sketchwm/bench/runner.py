@@ -129,8 +129,11 @@ def plan(cfg: BenchConfig, registry: Any) -> list[tuple[Unit, list[Cell]]]:
     for a in cfg.attacks:
         registry.get("attack", a.name).parse_params(a.params)
     fps = [derive_key(cfg, k).fingerprint for k in range(cfg.keys)]
+    # a cell's hash covers the metrics that may apply to it: adding theory metrics (which apply to
+    # theory cells only) leaves the hashes, hence the finished parts, of every other cell valid
+    theory_only = {n for n in metrics if set(registry.get("metric", n).kinds) <= set(THEORY_KINDS)}
     common = {"sampler": cfg.sampler, "n_null_cal": cfg.n_null_cal, "n_null_fpr": cfg.n_null_fpr, "seed": cfg.seed,
-              "metrics": metrics, "oracle": cfg.oracle, "similarity": cfg.similarity, "tokens_step": cfg.tokens_step,
+              "metrics": [n for n in metrics if n not in theory_only], "oracle": cfg.oracle, "similarity": cfg.similarity, "tokens_step": cfg.tokens_step,
               "batch_size": cfg.batch_size}
     out = []
     for s in cfg.schemes:
@@ -167,7 +170,8 @@ def plan(cfg: BenchConfig, registry: Any) -> list[tuple[Unit, list[Cell]]]:
                             th = cfg.theory
                             if th is not None and k == 0 and (th.schemes is None or label in th.schemes
                                                               or s.name in th.schemes):
-                                tx = {"theory": th.model_dump(mode="json")}
+                                tx = {"theory": th.model_dump(mode="json"),
+                                      "theory_metrics": [n for n in metrics if n in theory_only]}
                                 add("theory-kl", "none", 0.0, {}, th.n_texts, 0, tx)
                                 for sc in th.fisher_scales:
                                     add("theory-fisher", "none", sc, {}, th.n_texts, 0, tx)
