@@ -295,3 +295,11 @@ def test_stale_temporary_parts_are_removed(tmp_path):
     live.write_bytes(b"busy")
     assert remove_stale_parts(tmp_path) == [stale]
     assert not stale.exists() and live.exists()
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "benchmarks" / "configs").glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_configs_validate_and_plan(path):
+    """Every config under benchmarks/configs loads, names registered components and plans its grid."""
+    cfg = load_config(path)
+    units = plan(cfg, bench_registry())
+    assert units and all(cells for _, cells in units)

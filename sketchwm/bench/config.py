@@ -106,8 +106,8 @@ class TheorySpec(StrictModel):
         domains: human text sources for per-key soundness (``heldout-manpages``, ``heldout-culture``,
             ``human``, ``tiny`` or a file, as :class:`PromptSet`); n_human texts each, cut to the length.
         n_keys: keys of the soundness check (derived from ``key_seed``, their own domain).
-        edit_counts: numbers k of token edits (one column each); n_edit: how many of the ``n_texts``
-            watermarked texts are edited.
+        edit_counts: numbers k of token edits (one column each; [] skips the check); n_edit: how many
+            of the ``n_texts`` watermarked texts are edited. ``n_keys: 0`` skips the soundness check.
     """
 
     schemes: list[str] | None = None
@@ -115,8 +115,8 @@ class TheorySpec(StrictModel):
     fisher_scales: list[float] = Field([1.0, 0.25, 0.0625, 0.015625], min_length=1)
     domains: list[str] = Field(["heldout-manpages", "heldout-culture"], min_length=1)
     n_human: int = Field(100, ge=1)
-    n_keys: int = Field(10, ge=1)
-    edit_counts: list[int] = Field([1, 4, 16], min_length=1)
+    n_keys: int = Field(10, ge=0)
+    edit_counts: list[int] = [1, 4, 16]
     n_edit: int = Field(32, ge=1)
 
     @model_validator(mode="after")

@@ -175,7 +175,8 @@ def plan(cfg: BenchConfig, registry: Any) -> list[tuple[Unit, list[Cell]]]:
                                 add("theory-kl", "none", 0.0, {}, th.n_texts, 0, tx)
                                 for sc in th.fisher_scales:
                                     add("theory-fisher", "none", sc, {}, th.n_texts, 0, tx)
-                                add("theory-sound", "none", 0.0, {}, th.n_human, 0, tx)
+                                if th.n_keys:
+                                    add("theory-sound", "none", 0.0, {}, th.n_human, 0, tx)
                                 for ke in th.edit_counts:
                                     add("theory-edit", "none", float(ke), {}, min(th.n_texts, th.n_edit), 0, tx)
                             out.append((unit, cells))
