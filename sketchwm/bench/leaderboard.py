@@ -289,7 +289,8 @@ def _atomic_write(path: Path, data: str | bytes) -> None:
 
 def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme: str | os.PathLike | None = None,
                       command: str = "") -> list[Path]:
-    """Write ``leaderboard.md``, ``summary.csv``, one CSV pivot per table, PNG plots and ``index.html`` to ``out``.
+    """Write ``leaderboard.md``, ``summary.csv``, ``results.parquet`` (every row of ``results``, zstd), one
+    CSV pivot per table, PNG plots and ``index.html`` to ``out``.
 
     Args:
         results: a results folder of ``sketchwm bench run``; out: output folder;
@@ -308,6 +309,11 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
     written = []
     p = out / "summary.csv"
     _atomic_write(p, agg.to_csv(index=False))
+    written.append(p)
+    buf = io.BytesIO()  # every row in one file, so the leaderboard ships with the data it was built from
+    df.to_parquet(buf, engine="pyarrow", compression="zstd", index=False)
+    p = out / "results.parquet"
+    _atomic_write(p, buf.getvalue())
     written.append(p)
     for t in tabs:
         p = out / f"{t.slug}.csv"
