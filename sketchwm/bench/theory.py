@@ -350,9 +350,9 @@ def edit_ratios(scheme: Any, ids: list[list[int]], k: int, vocab: np.ndarray, se
 
     from ..detection import pad_ids
 
-    score_fn = getattr(scheme, "score_fn", None)
-    if not (hasattr(scheme, "sketch_ids") and score_fn is not None and hasattr(score_fn, "lam")):
+    if not _has_penalised_sketch(scheme):
         return None
+    score_fn = scheme.score_fn
     rng = np.random.default_rng(seed)
     edited = [random_edits(x, k, vocab, rng) for x in ids]
     if hasattr(scheme, "token_weights"):  # plus the score-raising and score-lowering substitutions of each text
@@ -376,6 +376,11 @@ def edit_ratios(scheme: Any, ids: list[list[int]], k: int, vocab: np.ndarray, se
     return np.where(bound > 0, diff / np.where(bound > 0, bound, 1.0), np.where(diff > 0, np.inf, 0.0))
 
 
+def _has_penalised_sketch(scheme: Any) -> bool:
+    """Whether ``scheme`` has a sketch (``sketch_ids``) and a penalised score (``score_fn.lam``): Theorem 5.6's setting."""
+    return hasattr(scheme, "sketch_ids") and hasattr(getattr(scheme, "score_fn", None), "lam")
+
+
 def _max_feature_norm(sketch: Any, chunk: int = 1024) -> float:
     """L_φ = max_v ‖φ(v)‖ by projecting one-hot weights in chunks of ``chunk`` tokens."""
     V, best = sketch.vocab_size, 0.0
@@ -397,6 +402,8 @@ def theory_cell(ctx: Any, cell: Any) -> tuple[dict[str, Any], str]:
 
     unit, spec = cell.unit, ctx.cfg.theory
     path = None
+    if cell.kind == "theory-edit" and not _has_penalised_sketch(ctx.scheme(unit)):
+        return {}, "no sketch with a penalised score: Theorem 5.6 does not apply"
     if cell.kind != "theory-sound":
         path = ctx._get(("theory-path", unit), lambda: sampling_path(
             ctx, unit, spec.n_texts, spec.fisher_scales, _seed(ctx.cfg.seed, "theory-path", unit)))
