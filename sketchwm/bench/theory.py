@@ -46,11 +46,11 @@ import numpy as np
 import torch
 
 from ..keys import WatermarkKey
-
-__all__ = ["PathRecorder", "chain_rule_summary", "fisher_terms", "soundness_summary", "edit_bound", "theory_key",
-           "random_edits", "THEORY_KINDS"]
-
 from .metric import THEORY_KINDS
+
+__all__ = ["PathRecorder", "chain_rule_summary", "fisher_terms", "soundness_summary", "edit_bound", "edit_ratios",
+           "random_edits", "adversarial_substitutions", "sampling_path", "soundness_pvalues", "theory_key",
+           "theory_cell", "THEORY_KINDS"]
 
 
 # ---------------------------------------------------------------------------- (a), (b) sampling path
