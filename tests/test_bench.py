@@ -13,6 +13,7 @@ import time
 import types
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 import pytest
@@ -193,6 +194,16 @@ def test_third_party_scheme_on_the_leaderboard(board):
     page = (board / "index.html").read_text()
     assert 'data-scheme="acme-mark"' in page
     assert "http://" not in page and "https://" not in page  # offline: nothing fetched
+    # the board ships every row in one Parquet file, from which the same tables are rebuilt
+    rows = read_results(board.parent)
+    shipped = read_results(board / "results.parquet")
+    assert list(shipped.columns) == list(rows.columns) and len(shipped) == len(rows)
+    keys = ["cell_hash", "row_index", "row_type", "scheme", "metric", "key_fingerprint"]
+    pd.testing.assert_frame_equal(shipped[keys], rows[keys])
+    for c in ("score", "p_value", "value", "similarity", "tokens_to_detect"):  # None and NaN both read as NaN
+        np.testing.assert_array_equal(shipped[c].to_numpy(float), rows[c].to_numpy(float))
+    build_leaderboard(board / "results.parquet", board.parent / "again", command="sketchwm bench run grid.json --out runs/x")
+    assert (board.parent / "again" / "leaderboard.md").read_text() == md
 
 
 def test_export_csv(local_run, tmp_path):
@@ -295,3 +306,11 @@ def test_stale_temporary_parts_are_removed(tmp_path):
     live.write_bytes(b"busy")
     assert remove_stale_parts(tmp_path) == [stale]
     assert not stale.exists() and live.exists()
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "benchmarks" / "configs").glob("*.yaml")), ids=lambda p: p.stem)
+def test_shipped_configs_validate_and_plan(path):
+    """Every config under benchmarks/configs loads, names registered components and plans its grid."""
+    cfg = load_config(path)
+    units = plan(cfg, bench_registry())
+    assert units and all(cells for _, cells in units)

@@ -19,6 +19,15 @@ distinct-2             fraction    high   quality      mean distinct-2 of the wa
 seq-rep-4              fraction    low    quality      mean seq-rep-4 (repetition) of the watermarked texts
 gen-throughput         tokens/s    high   speed        watermarked generation throughput
 detect-throughput      tokens/s    high   speed        detection throughput
+kl-chain               nats/text   –      theory       mean Σ KL(p̃_i‖p_i) over committed rows (Thm 5.1)
+kl-path                nats/text   –      theory       mean path log-likelihood ratio log dP̃/dP (same texts)
+kl-chain-z             z           –      theory       Monte-Carlo z of kl-path − kl-chain (|z| ≲ 3: equal)
+fisher-ratio           ratio       –      theory       Σ KL(p_η‖p) / Σ ½η²Var_p(a) at η = s·η_t (→ 1, eq. 16)
+sound-max-fpr@1%       fraction    low    theory       largest per-key FPR at α = 1% on human text
+sound-max-fpr@5%       fraction    low    theory       the same at α = 5%
+sound-rejected         pairs       low    theory       (key, domain) pairs failing FPR ≤ α (binomial, Bonf.)
+edit-bound-ratio       ratio       low    theory       max |ΔS_k| / Theorem 5.6 bound after k edits (≤ 1)
+edit-bound-violations  texts       low    theory       texts whose |ΔS_k| exceeds the bound
 =====================  ==========  =====  ===========  ==================================================
 """
 
@@ -34,7 +43,7 @@ from ..hookspecs import hookimpl
 from ..quality import distinct_n, seq_rep_n
 from .metric import CellData, Metric, MetricValue, threshold
 
-__all__ = ["BUILTIN_METRICS", "sketchwm_register_metrics"]
+__all__ = ["BUILTIN_METRICS", "THEORY_METRICS", "sketchwm_register_metrics"]
 
 
 class TPRAtFPR(Metric):
@@ -278,10 +287,112 @@ class DetectThroughput(Metric):
         return None if cell.detect_tokens_per_s is None else MetricValue(cell.detect_tokens_per_s, len(cell.scores))
 
 
+class _Theory(Metric):
+    """Base of the theory-check metrics: read ``cell.extra[field]``; NaN with the cell's note when absent."""
+
+    task = "theory"
+    higher_is_better = None
+    field: ClassVar[str] = ""
+
+    def value(self, ev: object, cell: CellData) -> MetricValue:
+        """The metric from the theory evidence ``ev`` (subclasses)."""
+        raise NotImplementedError
+
+    def compute(self, cell: CellData) -> MetricValue:
+        ev = cell.extra.get(self.field)
+        if ev is None:
+            return MetricValue(float("nan"), 0, cell.extra.get("note", "") or "no evidence for this scheme")
+        return self.value(ev, cell)
+
+
+class KLChain(_Theory):
+    """Chain-rule KL of the sampling path: mean over texts of Σ KL(p̃_i‖p_i) over the committed rows (Thm 5.1)."""
+
+    name, unit, kinds, field = "kl-chain", "nats/text", ("theory-kl",), "chain"
+
+    def value(self, ev: dict, cell: CellData) -> MetricValue:
+        return MetricValue(ev["kl_chain"], ev["n"], cell.extra.get("note", ""))
+
+
+class KLPath(KLChain):
+    """Monte-Carlo path KL: mean over texts of the trajectory log-likelihood ratio log dP̃/dP."""
+
+    name = "kl-path"
+
+    def value(self, ev: dict, cell: CellData) -> MetricValue:
+        return MetricValue(ev["kl_path"], ev["n"], cell.extra.get("note", ""))
+
+
+class KLChainZ(KLChain):
+    """z of (kl-path − kl-chain) over texts: the chain rule holds if |z| stays within Monte-Carlo noise."""
+
+    name, unit = "kl-chain-z", "z"
+
+    def value(self, ev: dict, cell: CellData) -> MetricValue:
+        return MetricValue(ev["z"], ev["n"], cell.extra.get("note", ""))
+
+
+class FisherRatio(_Theory):
+    """KL(p_η‖p) / (½η²Var_p a) summed over the tilted rows, η = s·η_t with s the cell's strength (eq. 16)."""
+
+    name, unit, kinds, field = "fisher-ratio", "ratio", ("theory-fisher",), "fisher"
+
+    def value(self, ev: tuple, cell: CellData) -> MetricValue:
+        kl, half = ev
+        return MetricValue(kl / half if half > 0 else float("nan"), 0, "" if half > 0 else "no tilt (Var_p a = 0)")
+
+
+class SoundMaxFPR(_Theory):
+    """Largest false-positive rate at α = 1% over the soundness keys and human domains."""
+
+    name, unit, higher_is_better, kinds, field = "sound-max-fpr@1%", "fraction", False, ("theory-sound",), "sound"
+    alpha: ClassVar[float] = 0.01
+
+    def value(self, ev: dict, cell: CellData) -> MetricValue:
+        r = ev[self.alpha]
+        return MetricValue(r["max_fpr"], r["n"], f"{r['pairs']} (key, domain) pairs")
+
+
+class SoundMaxFPR5(SoundMaxFPR):
+    """Largest false-positive rate at α = 5% over the soundness keys and human domains."""
+
+    name, alpha = "sound-max-fpr@5%", 0.05
+
+
+class SoundRejected(SoundMaxFPR):
+    """(key, domain) pairs whose FPR at 1% or 5% is significantly above α (one-sided binomial, Bonferroni 0.01)."""
+
+    name, unit = "sound-rejected", "pairs"
+
+    def value(self, ev: dict, cell: CellData) -> MetricValue:
+        return MetricValue(float(sum(r["rejected"] for r in ev.values())), next(iter(ev.values()))["n"])
+
+
+class EditBoundRatio(_Theory):
+    """Largest |S_k(y) − S_k(y')| / bound over the edited texts (k = the cell's strength; ≤ 1 by Thm 5.6)."""
+
+    name, unit, higher_is_better, kinds, field = "edit-bound-ratio", "ratio", False, ("theory-edit",), "edit"
+
+    def value(self, ev: np.ndarray, cell: CellData) -> MetricValue:
+        return MetricValue(float(np.max(ev)) if len(ev) else float("nan"), len(ev))
+
+
+class EditBoundViolations(EditBoundRatio):
+    """Edited texts whose score change exceeds Theorem 5.6's bound (0 when the theorem holds)."""
+
+    name, unit = "edit-bound-violations", "texts"
+
+    def value(self, ev: np.ndarray, cell: CellData) -> MetricValue:
+        return MetricValue(float(np.sum(ev > 1.0 + 1e-9)), len(ev))
+
+
+THEORY_METRICS: tuple[type[Metric], ...] = (KLChain, KLPath, KLChainZ, FisherRatio, SoundMaxFPR, SoundMaxFPR5,
+                                            SoundRejected, EditBoundRatio, EditBoundViolations)
+
 BUILTIN_METRICS: tuple[type[Metric], ...] = (
     TPRAtFPR, TPRAtFPR01, TPRAnalytic, FPRObserved, ROCAUC, TokensToDetect, SpoofRate, ScrubRate,
     SemanticSimilarity, OraclePPL, OraclePPLRatio, KLPerToken, Distinct2, SeqRep4, GenThroughput, DetectThroughput,
-)
+) + THEORY_METRICS
 
 
 @hookimpl

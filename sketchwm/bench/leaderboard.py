@@ -8,7 +8,9 @@ is shown as ± one standard deviation). Tables, one per task:
 * **robustness: <family>** — TPR at 1% FPR after each attack of the family, per strength;
 * **quality** — oracle perplexity (ratio), semantic similarity after each attack family;
 * **stealing** — spoof rate and scrub rate per stolen-sample count;
-* **speed** — generation and detection throughput.
+* **speed** — generation and detection throughput;
+* **theory checks** — the paper's statements measured (:mod:`sketchwm.bench.theory`): KL chain rule,
+  Fisher ratio per η scale, per-key soundness on human text, edit-sensitivity bound per k edits.
 
 The HTML page has every asset inline (CSS, a few lines of JavaScript for sorting, plots as base64
 PNG), so it works from ``file://`` with no network.
@@ -123,6 +125,16 @@ def tables(agg: pd.DataFrame) -> list[Table]:
         make("stealing", "Stealing", st, col)
     sp = clean[clean["task"] == "speed"]
     make("speed", "Speed", sp, sp["metric"])
+    th = agg[agg["task"] == "theory"]
+    if not th.empty:  # columns: chain rule, Fisher ratio per scale (largest first), soundness, edits per k
+        kind_order = {"theory-kl": 0, "theory-fisher": 1, "theory-sound": 2, "theory-edit": 3}
+        th = th.assign(_k=th["cell_kind"].map(kind_order).fillna(9),
+                       _s=np.where(th["cell_kind"] == "theory-fisher", -th["strength"], th["strength"]))
+        th = th.sort_values(["_k", "metric", "_s"], kind="stable")
+        col = th["metric"] + np.where(th["cell_kind"] == "theory-fisher", " s=" + th["strength"].map("{:g}".format),
+                                      np.where(th["cell_kind"] == "theory-edit",
+                                               " k=" + th["strength"].map("{:g}".format), ""))
+        make("theory", "Theory checks", th, pd.Series(col, index=th.index))
     return out
 
 
@@ -277,7 +289,8 @@ def _atomic_write(path: Path, data: str | bytes) -> None:
 
 def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme: str | os.PathLike | None = None,
                       command: str = "") -> list[Path]:
-    """Write ``leaderboard.md``, ``summary.csv``, one CSV pivot per table, PNG plots and ``index.html`` to ``out``.
+    """Write ``leaderboard.md``, ``summary.csv``, ``results.parquet`` (every row of ``results``, zstd), one
+    CSV pivot per table, PNG plots and ``index.html`` to ``out``.
 
     Args:
         results: a results folder of ``sketchwm bench run``; out: output folder;
@@ -296,6 +309,11 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
     written = []
     p = out / "summary.csv"
     _atomic_write(p, agg.to_csv(index=False))
+    written.append(p)
+    buf = io.BytesIO()  # every row in one file, so the leaderboard ships with the data it was built from
+    df.to_parquet(buf, engine="pyarrow", compression="zstd", index=False)
+    p = out / "results.parquet"
+    _atomic_write(p, buf.getvalue())
     written.append(p)
     for t in tabs:
         p = out / f"{t.slug}.csv"

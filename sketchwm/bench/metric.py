@@ -24,13 +24,15 @@ from ..components import Component
 from ..stats import conformal_min_size as min_null_size  # re-exported: ⌈1/α⌉ − 1
 from ..stats import decision_threshold
 
-__all__ = ["Metric", "MetricValue", "CellData", "threshold", "min_null_size", "CELL_KINDS", "TASKS"]
+__all__ = ["Metric", "MetricValue", "CellData", "threshold", "min_null_size", "CELL_KINDS", "THEORY_KINDS", "TASKS"]
 
 #: what a cell evaluates: clean watermarked texts, attacked ones, spoofed (unwatermarked-origin) ones
 #: or watermarked texts scrubbed with a stolen model
 CELL_KINDS = ("clean", "attack", "spoof", "scrub")
+#: cell kinds of the theory checks (:mod:`sketchwm.bench.theory`); metrics opt in by listing them
+THEORY_KINDS = ("theory-kl", "theory-fisher", "theory-sound", "theory-edit")
 #: leaderboard tables a metric can belong to
-TASKS = ("power", "robustness", "quality", "stealing", "speed")
+TASKS = ("power", "robustness", "quality", "stealing", "speed", "theory")
 
 
 @dataclass

@@ -35,6 +35,7 @@ from ..keys import WatermarkKey
 from .config import BenchConfig
 from .metric import CellData, Metric
 from .results import done_cells, git_commit, remove_stale_parts, write_part
+from .theory import THEORY_KINDS, theory_cell
 
 __all__ = ["Unit", "Cell", "plan", "RunContext", "run_unit", "run_bench", "bench_registry", "attack_family", "ALPHAS"]
 
@@ -129,8 +130,11 @@ def plan(cfg: BenchConfig, registry: Any) -> list[tuple[Unit, list[Cell]]]:
     for a in cfg.attacks:
         registry.get("attack", a.name).parse_params(a.params)
     fps = [derive_key(cfg, k).fingerprint for k in range(cfg.keys)]
+    # a cell's hash covers the metrics that may apply to it: adding theory metrics (which apply to
+    # theory cells only) leaves the hashes, hence the finished parts, of every other cell valid
+    theory_only = {n for n in metrics if set(registry.get("metric", n).kinds) <= set(THEORY_KINDS)}
     common = {"sampler": cfg.sampler, "n_null_cal": cfg.n_null_cal, "n_null_fpr": cfg.n_null_fpr, "seed": cfg.seed,
-              "metrics": metrics, "oracle": cfg.oracle, "similarity": cfg.similarity, "tokens_step": cfg.tokens_step,
+              "metrics": [n for n in metrics if n not in theory_only], "oracle": cfg.oracle, "similarity": cfg.similarity, "tokens_step": cfg.tokens_step,
               "batch_size": cfg.batch_size}
     out = []
     for s in cfg.schemes:
@@ -162,7 +166,20 @@ def plan(cfg: BenchConfig, registry: Any) -> list[tuple[Unit, list[Cell]]]:
                                     add("spoof", "steal-spoof", cfg.stealing.delta, {"delta": cfg.stealing.delta},
                                         min(ps.n, cfg.stealing.spoof_n), tn, {"stealing": sp})
                                     for st in cfg.stealing.scrub_strengths:
-                                        add("scrub", "steal-scrub", st, {}, ps.n, tn, {"stealing": sp})
+                                        add("scrub", "steal-scrub", st, {}, min(ps.n, cfg.stealing.scrub_n or ps.n), tn,
+                                            {"stealing": sp})
+                            th = cfg.theory
+                            if th is not None and k == 0 and (th.schemes is None or label in th.schemes
+                                                              or s.name in th.schemes):
+                                tx = {"theory": th.model_dump(mode="json"),
+                                      "theory_metrics": [n for n in metrics if n in theory_only]}
+                                add("theory-kl", "none", 0.0, {}, th.n_texts, 0, tx)
+                                for sc in th.fisher_scales:
+                                    add("theory-fisher", "none", sc, {}, th.n_texts, 0, tx)
+                                if th.n_keys:
+                                    add("theory-sound", "none", 0.0, {}, th.n_human, 0, tx)
+                                for ke in th.edit_counts:
+                                    add("theory-edit", "none", float(ke), {}, min(th.n_texts, th.n_edit), 0, tx)
                             out.append((unit, cells))
     return out
 
@@ -407,9 +424,17 @@ def _kl_recorder(process_logits: Any, sink: list[torch.Tensor]) -> Any:
     return wrapped
 
 
-def _cell_data(ctx: RunContext, cell: Cell, ud: dict[str, Any]) -> tuple[CellData, Scored, dict[str, Any]]:
+def _cell_data(ctx: RunContext, cell: Cell, ud: dict[str, Any] | None) -> tuple[CellData, Scored, dict[str, Any]]:
     """Apply the cell's treatment to the unit's texts; returns the metric input, the scores and per-text extras."""
     unit = cell.unit
+    if cell.kind in THEORY_KINDS:  # no texts of the unit's: the checks make or load their own
+        extra, note = theory_cell(ctx, cell)
+        e = np.zeros(0)
+        sc = Scored(e, e, np.zeros(0, dtype=np.int64), [], {a: e for a in ALPHAS}, 0.0)
+        data = CellData(kind=cell.kind, attack=cell.attack, strength=cell.strength, scores=e, p_values=e,
+                        n_tokens=sc.n_tokens, analytic=sc.analytic, null_cal=e, null_fpr=e, null_fpr_analytic=sc.analytic,
+                        extra={**extra, "note": note})
+        return data, sc, {}
     base = ud["scored"]
     extras: dict[str, Any] = {}
     kw: dict[str, Any] = {}
@@ -456,7 +481,7 @@ def run_cell(ctx: RunContext, cell: Cell) -> list[dict[str, Any]]:
     """All rows of one cell: text rows, null rows (clean cells) and one summary row per applicable metric."""
     t0 = time.perf_counter()
     unit = cell.unit
-    ud = ctx.unit_data(unit)
+    ud = ctx.unit_data(unit) if cell.kind not in THEORY_KINDS else None
     data, sc, extras = _cell_data(ctx, cell, ud)
     be = ctx.backend(unit.backend)
     head = {
@@ -479,7 +504,7 @@ def run_cell(ctx: RunContext, cell: Cell) -> list[dict[str, Any]]:
             rows.append(r)
 
     text_rows("text", sc, extras)
-    if cell.kind == "clean":
+    if cell.kind == "clean" and ud is not None:
         text_rows("null_cal", ud["cal"], {})
         text_rows("null_fpr", ud["fpr"], {})
     for m in ctx.metrics:
