@@ -42,6 +42,10 @@ PATHS: dict[str, dict] = {
     "low-confidence-blocks": {"remasking": "low_confidence", "block_length": 16},
     "entropy-top-p": {"remasking": "entropy", "top_p": 0.9},
     "greedy-low-confidence": {"remasking": "low_confidence", "temperature": 0.0},
+    # a backend whose texts stop (EOS after ~20 tokens): the EOS-weighted expected sketch of the
+    # global sketch, and every scheme's handling of a stop token
+    "stop-random": {"stopping": True},
+    "stop-blocks": {"stopping": True, "block_length": 8},
 }
 #: scheme params for the tiny vocabulary (as in the conformance suite)
 PARAMS: dict[str, dict] = {
@@ -61,8 +65,13 @@ def _make(name: str | None, vocab_size: int):
 
 def _run(tiny, name: str | None, path: str) -> dict:
     """Generated ids of one (scheme, path) and, on the random path, the scheme's scores of them."""
+    sampler = dict(PATHS[path])
+    if sampler.pop("stopping", False):
+        from sketchwm.testing.stopping import stopping_backend
+
+        tiny = stopping_backend(gen_length=BASE["gen_length"], stop_after=20.0, softness=3.0, seed=0)
     scheme = _make(name, tiny.vocab_size)
-    out = MaskedDiffusionSampler(tiny, {**BASE, **PATHS[path]}, scheme).generate(
+    out = MaskedDiffusionSampler(tiny, {**BASE, **sampler}, scheme).generate(
         PROMPTS, torch.Generator().manual_seed(20261123))
     rec = {"ids": out.ids.tolist(), "lengths": out.lengths.tolist()}
     if scheme is not None and path == "random":
