@@ -469,8 +469,10 @@ class GlobalSketchScheme(WatermarkScheme):
         probs = self._softmax_into_buffer(marginals.logits)  # (B, R, V), buffer
         dev = probs.device  # the (B, V) ops below run serially on CPU: a thread-pool wake costs more than they do
         if eos is not None:
+            # dw only at the targets (one batched product) unless every row is one
+            at = None if marginals.rows_are_targets else marginals.targets
             w_hat, n_hat, dw = self.sketch.expected_weights_stopping(tokens, masked, probs, marginals.positions,
-                                                                     marginals.valid, eos)
+                                                                     marginals.valid, eos, rows=at)
             frozen = None
         else:
             with serial_on_cpu(dev):
@@ -495,7 +497,7 @@ class GlobalSketchScheme(WatermarkScheme):
             elif log_absent is not None:  # presence: Π_j(1 − p_j(v)) ∂(½S)/∂ŵ_v, 0 on frozen tokens
                 factor = torch.exp(log_absent).mul_(dS_dw).masked_fill_(frozen > 0, 0.0)  # (B, V)
         if eos is not None:  # a_i(v) = ∂ŵ_v/∂p_i(v) · ∂(½S)/∂ŵ_v
-            return dS_dw, marginals.at_target_rows(dw), "mul", n_hat
+            return dS_dw, dw, "mul", n_hat  # (B, K, ·): at the targets, or every row being one
         if log_absent is None:  # count: ∂ĥ/∂p_i(v) = φ(v)/√N at every masked row
             return dS_dw, None, "mul", n_hat
         # presence: ∂ŵ_v/∂p_i(v) = Π_{j≠i}(1 − p_j(v)) = Π_j(1 − p_j(v)) / q_i(v) (0 if v is frozen);
