@@ -22,7 +22,7 @@ import math
 import os
 import sys
 import time
-from typing import Any, NoReturn, Sequence
+from typing import Any, Callable, NoReturn, Sequence
 
 from .errors import InputError, SketchwmError
 
@@ -38,22 +38,6 @@ def _int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1 (batch sizes, lengths, counts)."""
-    v = _int(text)
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {v}")
-    return v
-
-
-def nonneg_int(text: str) -> int:
-    """An integer in [0, 2**63) (seeds, offsets)."""
-    v = _int(text)
-    if not 0 <= v < 2**63:
-        raise argparse.ArgumentTypeError(f"must be an integer in [0, 2^63), got {v}")
-    return v
-
-
 def finite_float(text: str) -> float:
     """A finite float (NaN and ±inf refused)."""
     try:
@@ -65,20 +49,28 @@ def finite_float(text: str) -> float:
     return v
 
 
-def nonneg_float(text: str) -> float:
-    """A finite float >= 0 (temperatures)."""
-    v = finite_float(text)
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {v}")
-    return v
+def _bounded(name: str, parse: Callable[[str], Any], ok: Callable[[Any], bool], bound: str, doc: str):
+    """An argparse type: ``parse(text)`` (which raises its own ArgumentTypeError), then
+    ``ArgumentTypeError("must be <bound>, got <value>")`` unless ``ok(value)``."""
+
+    def check(text: str) -> Any:
+        v = parse(text)
+        if not ok(v):
+            raise argparse.ArgumentTypeError(f"must be {bound}, got {v}")
+        return v
+
+    check.__name__ = check.__qualname__ = name  # argparse names the type in some messages
+    check.__doc__ = doc
+    return check
 
 
-def probability(text: str) -> float:
-    """A float strictly between 0 and 1 (false-positive rates α)."""
-    v = finite_float(text)
-    if not 0 < v < 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {v}")
-    return v
+positive_int = _bounded("positive_int", _int, lambda v: v >= 1, "a positive integer",
+                        "An integer >= 1 (batch sizes, lengths, counts).")
+nonneg_int = _bounded("nonneg_int", _int, lambda v: 0 <= v < 2**63, "an integer in [0, 2^63)",
+                      "An integer in [0, 2**63) (seeds, offsets).")
+nonneg_float = _bounded("nonneg_float", finite_float, lambda v: v >= 0, ">= 0", "A finite float >= 0 (temperatures).")
+probability = _bounded("probability", finite_float, lambda v: 0 < v < 1, "in (0, 1)",
+                       "A float strictly between 0 and 1 (false-positive rates α).")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -95,6 +87,10 @@ def _add_key_args(p: argparse.ArgumentParser, required_help: str = "") -> None:
                         "in $SKETCHWM_KEY. A secret on the command line is refused" + required_help)
     p.add_argument("--insecure-key-permissions", action="store_true",
                    help="accept a key file that the group or others can read (refused by default, as ssh does)")
+
+
+def _add_alpha_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--alpha", type=probability, default=0.01, help="target false-positive rate in (0, 1) (default 0.01)")
 
 
 def add_config_args(p: argparse.ArgumentParser) -> None:
@@ -419,16 +415,20 @@ def build_parser(argv: Sequence[str] | None = None, plugins: Sequence[Any] = ())
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show the traceback of every error")
 
-    def add(name: str, **kw: Any) -> argparse.ArgumentParser:
-        return sub.add_parser(name, parents=[common], **kw)
+    def add(name: str, func: Callable[[argparse.Namespace], int], key_help: str | None = None,
+            **kw: Any) -> argparse.ArgumentParser:
+        """A sub-command running ``func``; with the key options (:func:`_add_key_args`) unless ``key_help`` is None."""
+        parser = sub.add_parser(name, parents=[common], **kw)
+        parser.set_defaults(func=func)
+        if key_help is not None:
+            _add_key_args(parser, key_help)
+        return parser
 
-    k = add("keygen", help="write a new secret key file (mode 0600)")
+    k = add("keygen", cmd_keygen, help="write a new secret key file (mode 0600)")
     k.add_argument("--out", required=True, help="path of the new key file (its directory must exist)")
     k.add_argument("--force", action="store_true", help="overwrite an existing key file")
-    k.set_defaults(func=cmd_keygen)
 
-    g = add("generate", help="generate (watermarked) text → JSONL")
-    _add_key_args(g)
+    g = add("generate", cmd_generate, "", help="generate (watermarked) text → JSONL")
     g.add_argument("--prompt", action="append", help="a prompt (repeatable)")
     g.add_argument("--prompts", help="file with one prompt per line (or JSONL with 'prompt'); - for stdin; or a "
                                      "shipped set: prompts, human (sketchwm.data.load_prompts)")
@@ -445,13 +445,11 @@ def build_parser(argv: Sequence[str] | None = None, plugins: Sequence[Any] = ())
     g.add_argument("--batch-size", type=positive_int, default=16, help="prompts per forward batch (default 16)")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     add_config_args(g)
-    g.set_defaults(func=cmd_generate)
 
-    d = add("detect", help="detect the watermark in text or JSONL")
-    _add_key_args(d)
+    d = add("detect", cmd_detect, "", help="detect the watermark in text or JSONL")
     d.add_argument("--input", required=True, help="plain text file (one text) or JSONL with 'text'; - for stdin")
     d.add_argument("--calibration", help="calibration JSON from `sketchwm calibrate` (default: analytic threshold)")
-    d.add_argument("--alpha", type=probability, default=0.01, help="target false-positive rate in (0, 1) (default 0.01)")
+    _add_alpha_arg(d)
     d.add_argument("--json", action="store_true", help="one JSON result per line")
     d.add_argument("--strict", action="store_true", help="exit 2 if any text cannot be scored (default: report it "
                                                          "in that text's result and score the rest)")
@@ -459,40 +457,35 @@ def build_parser(argv: Sequence[str] | None = None, plugins: Sequence[Any] = ())
     d.add_argument("--chunk-size", type=positive_int, default=4096,
                    help="texts read and detected at a time (large JSONL inputs stream in bounded memory)")
     add_config_args(d)
-    d.set_defaults(func=cmd_detect)
 
-    c = add("calibrate", help="empirical thresholds from unwatermarked texts → JSON")
-    _add_key_args(c)
+    c = add("calibrate", cmd_calibrate, "", help="empirical thresholds from unwatermarked texts → JSON")
     c.add_argument("--out", required=True, help="output calibration JSON (written atomically)")
     c.add_argument("--input", help="unwatermarked texts (JSONL/plain); default: sample the model")
     c.add_argument("--model-id", help="label of the null texts' source (with --input)")
     c.add_argument("--n-samples", type=positive_int, default=200, help="model samples to calibrate on (default 200)")
     c.add_argument("--prompt-offset", type=nonneg_int, default=100, help="first prompt of the shipped split to use")
     c.add_argument("--gen-length", type=positive_int, help="tokens per sample (default: the backend's)")
-    c.add_argument("--alpha", type=probability, default=0.01, help="target false-positive rate in (0, 1) (default 0.01)")
+    _add_alpha_arg(c)
     c.add_argument("--seed", type=nonneg_int, default=1, help="seed of the sampler (default 1)")
     c.add_argument("--batch-size", type=positive_int, default=50, help="prompts per forward batch (default 50)")
     c.add_argument("--strict", action="store_true", help="fail if any text cannot be scored (default: leave it out)")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     add_config_args(c)
-    c.set_defaults(func=cmd_calibrate)
 
-    pl = add("plugins", help="list registered components by kind")
+    pl = add("plugins", cmd_plugins, help="list registered components by kind")
     pl.add_argument("--json", action="store_true", help="print the listing as JSON")
     pl.add_argument("--no-cache", action="store_true", help="import every plugin instead of reading the cached listing")
-    pl.set_defaults(func=cmd_plugins)
 
-    dm = add("demo", help="the main job: generate, calibrate, detect, print TPR/FPR")
-    _add_key_args(dm, "; default: the public demo key")
+    dm = add("demo", cmd_demo, "; default: the public demo key",
+             help="the main job: generate, calibrate, detect, print TPR/FPR")
     dm.add_argument("--n-prompts", type=positive_int, default=20, help="watermarked/unwatermarked prompt pairs (default 20)")
     dm.add_argument("--n-null", type=positive_int, default=200, help="unwatermarked samples for calibration (default 200)")
     dm.add_argument("--gen-length", type=positive_int, default=128, help="tokens per sample (default 128)")
-    dm.add_argument("--alpha", type=probability, default=0.01, help="target false-positive rate (default 0.01)")
+    _add_alpha_arg(dm)
     dm.add_argument("--seed", type=nonneg_int, default=0, help="seed of the sampler (default 0)")
     dm.add_argument("--json", action="store_true", help="print the figures as one JSON object on the last line")
     dm.add_argument("--quiet", action="store_true", help="no progress bar")
     add_config_args(dm)
-    dm.set_defaults(func=cmd_demo)
 
     from .plugin_index import add_plugin_commands
 

@@ -107,6 +107,18 @@ class Component(ABC):
         """``"<kind> '<name>'"`` (e.g. ``scheme 'global-sketch'``), for messages."""
         return f"{cls.kind} '{cls.name}'"
 
+    # ---------------------------------------------- shared by the keyed kinds (Sketch, WatermarkScheme)
+    def _init_table_owner(self, params: Any, vocab_size: int, device: Any) -> None:
+        """Set ``params`` (validated, :class:`ConfigError` if bad), ``vocab_size`` (V, int) and ``device``."""
+        self.params = self.parse_params(params)
+        self.vocab_size = int(vocab_size)
+        self.device = torch.device(device)
+
+    @classmethod
+    def _key_and_vocab(cls, context: Any) -> tuple[Any, int]:
+        """``(key, V)`` of a build context, both required (:class:`ConfigError` naming the component if missing)."""
+        return context.require("key", cls.display_name()), context.require("vocab_size", cls.display_name())
+
 
 # ============================================================================ sketches
 def sort_rows(ids: torch.Tensor) -> torch.Tensor:
@@ -351,15 +363,12 @@ class Sketch(Component):
     kind = "sketch"
 
     def __init__(self, params, key, vocab_size: int, token_prior: torch.Tensor | None = None, device="cpu"):
-        self.params = self.parse_params(params)
-        self.vocab_size = int(vocab_size)
-        self.device = torch.device(device)
+        self._init_table_owner(params, vocab_size, device)
 
     @classmethod
     def from_context(cls, params: Any, context: Any) -> "Sketch":
         """``cls(params, key, vocab_size, token_prior, device)`` from the context (key and V required)."""
-        return cls(params, context.require("key", cls.display_name()), context.require("vocab_size", cls.display_name()),
-                   context.token_prior, context.device, **dict(context.resources))
+        return cls(params, *cls._key_and_vocab(context), context.token_prior, context.device, **dict(context.resources))
 
     @property
     @abstractmethod
@@ -1096,7 +1105,8 @@ class WatermarkScheme(Component):
     """
 
     kind = "scheme"
-    #: Minimum number of tokens for a meaningful detection; shorter texts raise InputError.
+    #: Minimum number of tokens for a meaningful detection; shorter texts raise InputError. Set from
+    #: ``params.min_tokens`` by :meth:`__init__` when the scheme's ``Params`` have that field.
     min_tokens: int = 16
     #: Which rows of the marginals the hooks read (:class:`MarginalReads`); the engine runs the LM
     #: head on those rows only. A scheme whose reads depend on its params makes this a property.
@@ -1107,15 +1117,14 @@ class WatermarkScheme(Component):
     noise: Literal["sampler", "keyed"] = "sampler"
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):
-        self.params = self.parse_params(params)
-        self.vocab_size = int(vocab_size)
-        self.device = torch.device(device)
+        self._init_table_owner(params, vocab_size, device)
+        if "min_tokens" in type(self.params).model_fields:  # a scheme whose params carry the detector's minimum
+            self.min_tokens = self.params.min_tokens
 
     @classmethod
     def from_context(cls, params: Any, context: Any) -> "WatermarkScheme":
         """``cls(params, key, vocab_size, device=device)`` from the context (key and V required)."""
-        return cls(params, context.require("key", cls.display_name()), context.require("vocab_size", cls.display_name()),
-                   device=context.device, **dict(context.resources))
+        return cls(params, *cls._key_and_vocab(context), device=context.device, **dict(context.resources))
 
     #: The id that ends a text (the backend's EOS when the sampler cuts texts there), or None: set
     #: by the engine through :meth:`set_stop_token` before :meth:`begin`.
@@ -1249,4 +1258,18 @@ class Attack(Component):
         token_ids: Sequence[Sequence[int]] | None = None,
         prompts: Sequence[str] | None = None,
     ) -> AttackOutput:
-        """Edit ``texts`` (see class doc)."""
+        """Edit ``texts`` (see class doc).
+
+        Args:
+            texts: B input texts, a list (not one string).
+            strength: in [0, 1]; meaning documented by each attack.
+            generator: the only source of randomness (a seeded ``torch.Generator``).
+            token_ids: optional B token-id lists of the texts (model tokens), used by token-level attacks.
+            prompts: optional B prompts that produced the texts (used by paraphrasers if given).
+
+        Returns:
+            :class:`AttackOutput`, one entry per text in each list.
+
+        Raises:
+            ConfigError: strength outside [0, 1]. InputError: bad texts or extras (as each attack documents).
+        """

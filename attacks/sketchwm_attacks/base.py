@@ -20,7 +20,7 @@ import math
 import re
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import torch
 from pydantic import Field
@@ -32,18 +32,10 @@ from sketchwm.errors import ConfigError, InputError
 from . import metrics
 
 __all__ = [
-    "AttackParams",
-    "TextAttack",
-    "EditResult",
-    "Pipeline",
-    "compose",
-    "split_affixes",
-    "match_case",
-    "n_edits",
-    "sample_positions",
-    "split_sentences",
-    "COMMON_WORDS",
-    "STOPWORDS",
+    # the attack base classes and composition
+    "AttackParams", "TextAttack", "EditResult", "Pipeline", "compose",
+    # word and sentence helpers, word lists
+    "split_affixes", "match_case", "n_edits", "sample_positions", "split_sentences", "COMMON_WORDS", "STOPWORDS",
 ]
 
 _AFFIX = re.compile(r"^(\W*)(.*?)(\W*)$", re.UNICODE | re.DOTALL)
@@ -154,6 +146,14 @@ def _check_strength(strength: float) -> float:
     return s
 
 
+def _check_batch(texts: Sequence[str], strength: float) -> tuple[list[str], float]:
+    """``(list(texts), strength as float)``; ConfigError: strength outside [0, 1]; InputError: a single string."""
+    s = _check_strength(strength)
+    if isinstance(texts, str):
+        raise InputError("attack input must be a list of texts, not a single string")
+    return list(texts), s
+
+
 class TextAttack(Attack):
     """Base of this package's attacks: validation, empty batches, metrics.
 
@@ -176,45 +176,52 @@ class TextAttack(Attack):
     #: True if the attack needs a DLM backend (built from the registry's default if not given).
     needs_backend: ClassVar[bool] = False
 
-    def __init__(self, params: Any = None, **resources: Any):
-        super().__init__(params, **resources)
-        self._backend: DLMBackend | None = resources.get("backend")
-
     # ------------------------------------------------------------------ resources
+    def _resource(self, name: str, build: Callable[[], Any]) -> Any:
+        """The constructor's resource ``name`` if given (not None), else ``build()``, called once and kept."""
+        if self.resources.get(name) is not None:
+            return self.resources[name]
+        built = self.__dict__.setdefault("_built_resources", {})
+        if name not in built:
+            built[name] = build()
+        return built[name]
+
     @property
     def backend(self) -> DLMBackend:
         """The DLM backend resource, or the registry's ``default`` backend (built once, lazily)."""
-        if self._backend is None:
+
+        def default() -> DLMBackend:
             from sketchwm.registry import get_registry
 
-            self._backend = get_registry().build("backend", "default")
-        return self._backend
+            return get_registry().build("backend", "default")
+
+        return self._resource("backend", default)
+
+    def _word_vocabulary(self, at_least: int) -> tuple[str, ...]:
+        """The ``vocabulary`` resource (default :data:`COMMON_WORDS`) as sorted distinct non-blank words.
+
+        Raises:
+            InputError: fewer than ``at_least`` words.
+        """
+        vocab = self.resources.get("vocabulary") or COMMON_WORDS
+        words = tuple(sorted(set(str(w) for w in vocab if str(w).strip())))
+        if len(words) < at_least:
+            need = "a non-empty vocabulary" if at_least == 1 else f"a vocabulary of at least {at_least} distinct words"
+            raise InputError(f"{self.name} needs {need}")
+        return words
 
     def _levenshtein_tokenizer(self) -> Any:
         if self.resources.get("tokenizer") is not None:
             return self.resources["tokenizer"]
-        if self._backend is not None:
-            return self._backend.tokenizer
-        return None
+        backend = self.resources.get("backend")
+        if backend is None:
+            backend = self.__dict__.get("_built_resources", {}).get("backend")
+        return None if backend is None else backend.tokenizer
 
     # ------------------------------------------------------------------ the contract
-    def apply(
-        self,
-        texts: Sequence[str],
-        strength: float,
-        generator: torch.Generator,
-        *,
-        token_ids: Sequence[Sequence[int]] | None = None,
-        prompts: Sequence[str] | None = None,
-    ) -> AttackOutput:
-        """Edit ``texts`` with the given strength.
-
-        Args:
-            texts: B input texts (an empty list gives an empty output; an empty string stays empty).
-            strength: in [0, 1]; meaning documented by each attack.
-            generator: the only source of randomness (a seeded ``torch.Generator``).
-            token_ids: optional B token-id lists of the texts (model tokens), used by token-level attacks.
-            prompts: optional B prompts that produced the texts (used by paraphrasers if given).
+    def apply(self, texts, strength, generator, *, token_ids=None, prompts=None) -> AttackOutput:
+        """Edit ``texts`` with the given strength (arguments as :meth:`sketchwm.components.Attack.apply`;
+        an empty list gives an empty output, an empty string stays empty).
 
         Returns:
             :class:`sketchwm.components.AttackOutput` with ``meta`` holding ``attack``, ``strength``,
@@ -225,10 +232,7 @@ class TextAttack(Attack):
             InputError: texts not a sequence of strings, ``token_ids``/``prompts`` of another length,
                 or ``generator`` not a ``torch.Generator``.
         """
-        s = _check_strength(strength)
-        if isinstance(texts, str):
-            raise InputError("attack input must be a list of texts, not a single string")
-        texts = list(texts)
+        texts, s = _check_batch(texts, strength)
         for t in texts:
             if not isinstance(t, str):
                 raise InputError(f"attack input texts must be strings, got {type(t).__name__}")
@@ -280,8 +284,21 @@ class TextAttack(Attack):
 class WordAttack(TextAttack):
     """A :class:`TextAttack` that edits each text independently as a list of words.
 
-    Subclasses implement :meth:`_edit_words` (words → edited words, edit fraction).
+    Subclasses implement :meth:`_edit_words` (words → edited words, edit fraction). One that draws
+    words sets :attr:`min_vocabulary` > 0: the constructor then sets ``self.vocabulary`` (sorted
+    distinct words of the ``vocabulary`` resource, default :data:`COMMON_WORDS`).
+
+    Raises:
+        InputError: a vocabulary of fewer than :attr:`min_vocabulary` words.
     """
+
+    #: Words the attack needs in its vocabulary (0: it draws none, ``self.vocabulary`` is not set).
+    min_vocabulary: ClassVar[int] = 0
+
+    def __init__(self, params: Any = None, **resources: Any):
+        super().__init__(params, **resources)
+        if self.min_vocabulary > 0:
+            self.vocabulary = self._word_vocabulary(self.min_vocabulary)
 
     def _edit(self, texts, strength, generator, *, token_ids=None, prompts=None) -> EditResult:
         outs, fracs = [], []
@@ -377,24 +394,14 @@ class Pipeline(Attack):
         attacks = [reg.build("attack", st.name, st.params, context) for st in p.stages]
         return cls(p, attacks=attacks)
 
-    def apply(
-        self,
-        texts: Sequence[str],
-        strength: float,
-        generator: torch.Generator,
-        *,
-        token_ids: Sequence[Sequence[int]] | None = None,
-        prompts: Sequence[str] | None = None,
-    ) -> AttackOutput:
-        """Run the stages in order (see class doc); ``meta["stages"]`` holds each stage's meta.
+    def apply(self, texts, strength, generator, *, token_ids=None, prompts=None) -> AttackOutput:
+        """Run the stages in order (see class doc); ``meta["stages"]`` holds each stage's meta (arguments as
+        :meth:`sketchwm.components.Attack.apply`).
 
         Raises:
             ConfigError: strength outside [0, 1]. InputError: ``texts`` is a single string (or as the stages raise).
         """
-        s = _check_strength(strength)
-        if isinstance(texts, str):
-            raise InputError("attack input must be a list of texts, not a single string")
-        original = list(texts)
+        original, s = _check_batch(texts, strength)
         cur, stages = original, []
         for i, attack in enumerate(self.attacks):
             st = s if self.strengths[i] is None else self.strengths[i]

@@ -24,7 +24,7 @@ from pydantic import Field
 
 from sketchwm.errors import InputError, ModelFileError
 
-from .base import COMMON_WORDS, AttackParams, EditResult, TextAttack, WordAttack, n_edits
+from .base import AttackParams, EditResult, TextAttack, WordAttack, n_edits
 
 __all__ = ["RandomInsertion", "HumanInsertion", "load_human_texts"]
 
@@ -43,12 +43,7 @@ class RandomInsertion(WordAttack):
     name = "insert-random"
     Params = RandomInsertionParams
 
-    def __init__(self, params: Any = None, **resources: Any):
-        super().__init__(params, **resources)
-        vocab = resources.get("vocabulary") or COMMON_WORDS
-        self.vocabulary = tuple(sorted(set(str(w) for w in vocab if str(w).strip())))
-        if not self.vocabulary:
-            raise InputError("insert-random needs a non-empty vocabulary")
+    min_vocabulary = 1
 
     def _edit_words(self, words, strength, generator):
         n = len(words)

@@ -334,25 +334,22 @@ class StealingScrub(TextAttack):
     Params = StealingScrubParams
     needs_backend: ClassVar[bool] = True
 
-    def __init__(self, params: Any = None, **resources: Any):
-        super().__init__(params, **resources)
-        self._stealer: WatermarkStealer | None = resources.get("stealer")
-
     @property
     def stealer(self) -> WatermarkStealer:
-        """The fitted stealer (fitted from ``watermarked_texts`` on first use)."""
-        if self._stealer is None:
-            wm = self.resources.get("watermarked_texts")
-            if not wm:
-                raise InputError("steal-scrub needs a fitted stealer=WatermarkStealer(...) or watermarked_texts=[...] resource")
-            ref = self.resources.get("reference_texts")
-            if not ref:
-                from .insertion import load_human_texts
+        """The ``stealer`` resource, or one fitted from ``watermarked_texts`` on first use."""
+        return self._resource("stealer", self._fit_stealer)
 
-                ref = load_human_texts()
-            be = self.backend
-            self._stealer = WatermarkStealer(be.vocab_size, self.params.stealer).fit(be.encode(list(wm)), be.encode(list(ref)))
-        return self._stealer
+    def _fit_stealer(self) -> WatermarkStealer:
+        wm = self.resources.get("watermarked_texts")
+        if not wm:
+            raise InputError("steal-scrub needs a fitted stealer=WatermarkStealer(...) or watermarked_texts=[...] resource")
+        ref = self.resources.get("reference_texts")
+        if not ref:
+            from .insertion import load_human_texts
+
+            ref = load_human_texts()
+        be = self.backend
+        return WatermarkStealer(be.vocab_size, self.params.stealer).fit(be.encode(list(wm)), be.encode(list(ref)))
 
     def _edit(self, texts, strength, generator, *, token_ids=None, prompts=None) -> EditResult:
         be, st = self.backend, self.stealer

@@ -18,15 +18,12 @@ attached to a word (``"(happy),"``) and its capitalisation are kept.
 from __future__ import annotations
 
 import functools
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from pydantic import Field
 
-from sketchwm.errors import InputError
-
 from .base import (
-    COMMON_WORDS,
     STOPWORDS,
     AttackParams,
     EditResult,
@@ -60,12 +57,7 @@ class RandomSubstitution(WordAttack):
     name = "substitute-random"
     Params = RandomSubstitutionParams
 
-    def __init__(self, params: Any = None, **resources: Any):
-        super().__init__(params, **resources)
-        vocab = resources.get("vocabulary") or COMMON_WORDS
-        self.vocabulary = tuple(sorted(set(str(w) for w in vocab if str(w).strip())))
-        if len(self.vocabulary) < 2:
-            raise InputError("substitute-random needs a vocabulary of at least 2 distinct words")
+    min_vocabulary = 2
 
     def _edit_words(self, words, strength, generator):
         eligible = [i for i, w in enumerate(words) if _is_word(split_affixes(w)[1])]

@@ -31,11 +31,12 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from sketchwm.components import DenoiseStep, MarginalReads, SchemeScores, WatermarkScheme
+from sketchwm.components import DenoiseStep, SchemeScores
 from sketchwm.prf import keyed_uniform
 from sketchwm.stats import gamma_logsf, log10_threshold, scores_from_log_p, standardise
 
-from .context import ContextParams, KeyedRowCache, context_hash, first_occurrence, gather_context, pair_counter
+from .context import (ContextParams, KeyedNoiseScheme, KeyedRowCache, context_hash, first_occurrence, gather_context,
+                      pair_counter)
 
 __all__ = ["AARGumbelScheme", "AARGumbelParams"]
 
@@ -56,19 +57,19 @@ class AARGumbelParams(ContextParams):
     min_tokens: int = Field(16, ge=1)
 
 
-class AARGumbelScheme(WatermarkScheme):
+class AARGumbelScheme(KeyedNoiseScheme):
     """Aaronson's Gumbel-max watermark: keyed uniforms replace the sampling noise (distortion-free)."""
 
     name = "aar-gumbel"
     Params = AARGumbelParams
-    reads = MarginalReads.sampled()  # only the sampled rows' uniforms are needed
-    noise = "keyed"
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):
         super().__init__(params, key, vocab_size, device)
-        self.min_tokens = self.params.min_tokens
-        self._seed = key.seed(f"baselines/aar-gumbel/{self.params.keying}")
         self._rows = KeyedRowCache()
+
+    def seed_domain(self) -> str:
+        """One seed per keying: ``baselines/aar-gumbel/<keying>``."""
+        return f"baselines/aar-gumbel/{self.params.keying}"
 
     def uniforms(self, counters: torch.Tensor) -> torch.Tensor:
         """r = PRF(k, counter) in float64, strictly inside (0, 1); counters int64 (any shape)."""

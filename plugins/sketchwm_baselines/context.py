@@ -1,5 +1,6 @@
 """Contexts of the context-keyed baseline schemes: context sets, context hashes, (hash, token)
-counters, per-position row caches, duplicate removal and detector input checks.
+counters, per-position row caches, duplicate removal and detector input checks; and
+:class:`KeyedNoiseScheme`, the base of the distortion-free (keyed-noise) baselines.
 
 Conventions (all vectorised, no loop over tokens or the vocabulary):
 
@@ -15,11 +16,12 @@ Conventions (all vectorised, no loop over tokens or the vocabulary):
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from pydantic import field_validator
 
+from sketchwm.components import MarginalReads, WatermarkScheme
 from sketchwm.config import StrictModel
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "pair_counter",
     "first_occurrence",
     "KeyedRowCache",
+    "KeyedNoiseScheme",
 ]
 
 HashKind = Literal["sum", "ordered"]
@@ -179,3 +182,23 @@ class KeyedRowCache:
             self.rows[b, i] = compute(hashes[b, i]).to(dtype)
             self.hashes[b, i] = hashes[b, i]
         return self.rows
+
+
+class KeyedNoiseScheme(WatermarkScheme):
+    """Base of the distortion-free baselines (Aaronson's Gumbel-max, KTH EXP-edit): keyed uniforms
+    replace the sampler's Gumbel noise (``noise = "keyed"``), and only the sampled rows are read.
+
+    Sets ``self._seed``, the scheme's PRF seed, ``key.seed(self.seed_domain())`` (HMAC-SHA256 with the
+    subclass's domain, :meth:`sketchwm.keys.WatermarkKey.seed`); subclasses implement :meth:`seed_domain`.
+    """
+
+    reads = MarginalReads.sampled()  # only the sampled rows' uniforms are needed
+    noise = "keyed"
+
+    def __init__(self, params: Any, key: Any, vocab_size: int, device="cpu"):
+        super().__init__(params, key, vocab_size, device)
+        self._seed = key.seed(self.seed_domain())
+
+    def seed_domain(self) -> str:
+        """The HMAC domain of the PRF seed (may depend on ``self.params``, already validated)."""
+        raise NotImplementedError

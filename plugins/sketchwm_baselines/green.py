@@ -75,7 +75,6 @@ class ContextGreenListScheme(WatermarkScheme):
 
     def __init__(self, params: Any, key: Any, vocab_size: int, device="cpu"):
         super().__init__(params, key, vocab_size, device)
-        self.min_tokens = self.params.min_tokens
         self._seed = key.seed(self.seed_domain)
 
     def green(self, hashes: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

@@ -37,10 +37,12 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from sketchwm.components import DenoiseStep, MarginalReads, SchemeScores, WatermarkScheme
+from sketchwm.components import DenoiseStep, SchemeScores
 from sketchwm.config import StrictModel
 from sketchwm.prf import keyed_uniform
 from sketchwm.stats import permutation_pvalue, standardise
+
+from .context import KeyedNoiseScheme
 
 
 __all__ = ["KTHExpEditScheme", "KTHExpEditParams", "levenshtein_min"]
@@ -117,18 +119,18 @@ def levenshtein_min(cost: torch.Tensor, lengths: torch.Tensor, gamma: float, win
     return A[:, 0].min(1).values  # free end
 
 
-class KTHExpEditScheme(WatermarkScheme):
+class KTHExpEditScheme(KeyedNoiseScheme):
     """KTH EXP-edit: keyed Gumbel noise indexed by position, Levenshtein permutation test (Kuditipudi et al. 2024)."""
 
     name = "kth-exp-edit"
     Params = KTHExpEditParams
-    reads = MarginalReads.sampled()  # only the sampled rows' uniforms are needed
-    noise = "keyed"
+
+    def seed_domain(self) -> str:
+        """The key sequence ξ's domain, ``baselines/kth-exp/xi``."""
+        return "baselines/kth-exp/xi"
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):
         super().__init__(params, key, vocab_size, device)
-        self.min_tokens = self.params.min_tokens
-        self._seed = key.seed("baselines/kth-exp/xi")
         self._table: torch.Tensor | None = None  # (n, V) float32, built on first use
         self._shift: torch.Tensor | None = None  # (B,) int64, per generation
 

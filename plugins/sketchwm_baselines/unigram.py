@@ -48,7 +48,6 @@ class UnigramScheme(WatermarkScheme):
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):
         super().__init__(params, key, vocab_size, device)
-        self.min_tokens = self.params.min_tokens
         V = self.vocab_size
         self.n_green = max(1, int(self.params.gamma * V))
         # the ⌊γV⌋ tokens of smallest keyed uniform: a key-uniform random subset of exact size

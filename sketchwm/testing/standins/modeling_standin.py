@@ -181,21 +181,32 @@ def _init(module: nn.Module, hidden: int) -> None:
             nn.init.normal_(m.weight, std=1.0)
 
 
-class StandinLLaDAModelLM(PreTrainedModel):
+class _StandinModel(PreTrainedModel):
+    """Construction shared by the stand-ins: :meth:`_build` the modules, seeded :func:`_init`, ``post_init``."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        _init(self, self._build(config))
+        self.post_init()
+
+    def _build(self, config) -> int:
+        """Create the submodules from ``config``; return the hidden size that scales :func:`_init`."""
+        raise NotImplementedError
+
+    def _init_weights(self, module):  # weights come from the checkpoint or the seeded constructor
+        pass
+
+
+class StandinLLaDAModelLM(_StandinModel):
     """LLaDA-shaped masked diffusion LM (see module doc)."""
 
     config_class = StandinLLaDAConfig
     base_model_prefix = "model"
 
-    def __init__(self, config):
-        super().__init__(config)
+    def _build(self, config) -> int:
         self.model = _Core(config.embedding_size, config.d_model, config.n_heads, config.n_layers,
                            config.max_sequence_length, config.rope_theta, False, config)
-        _init(self.model, config.d_model)
-        self.post_init()
-
-    def _init_weights(self, module):  # weights come from the checkpoint or the seeded constructor
-        pass
+        return config.d_model
 
     def forward(self, input_ids, attention_mask=None, **kw):
         """input_ids (B, L) int64, attention_mask (B, L) 0/1 or None → ``.logits`` (B, L, V)."""
@@ -229,21 +240,16 @@ class _DreamBase(nn.Module):
         return BaseModelOutput(last_hidden_state=self.body(input_ids, position_ids, attention_mask, next_token=True))
 
 
-class StandinDreamModel(PreTrainedModel):
+class StandinDreamModel(_StandinModel):
     """Dream-shaped diffusion LM adapted from an AR model: position i predicts token i+1 (module doc)."""
 
     config_class = StandinDreamConfig
     base_model_prefix = "model"
 
-    def __init__(self, config):
-        super().__init__(config)
+    def _build(self, config) -> int:
         self.model = _DreamBase(config)
         self.lm_head = _Head(config.hidden_size, config.vocab_size, config)
-        _init(self, config.hidden_size)
-        self.post_init()
-
-    def _init_weights(self, module):
-        pass
+        return config.hidden_size
 
     def forward(self, input_ids, attention_mask=None, position_ids=None, **kw):
         """input_ids (B, L); attention_mask None, "full" or (B, 1, L, L) bool; position_ids (B, L) → ``.logits``."""
@@ -252,21 +258,16 @@ class StandinDreamModel(PreTrainedModel):
         return MaskedLMOutput(logits=self.lm_head(hidden))
 
 
-class StandinMDLMModel(PreTrainedModel):
+class StandinMDLMModel(_StandinModel):
     """MDLM-shaped DiT denoiser: ``forward(input_ids, timesteps)``, no attention mask (module doc)."""
 
     config_class = StandinMDLMConfig
     base_model_prefix = "backbone"
 
-    def __init__(self, config):
-        super().__init__(config)
+    def _build(self, config) -> int:
         self.backbone = _Core(config.vocab_size, config.hidden_dim, config.n_heads, config.n_blocks,
                               config.model_length, 10000.0, False, config)
-        _init(self.backbone, config.hidden_dim)
-        self.post_init()
-
-    def _init_weights(self, module):
-        pass
+        return config.hidden_dim
 
     def forward(self, input_ids, timesteps, output_hidden_states=False, return_dict=True):
         """input_ids (B, L) int64, timesteps (B,) float (ignored: ``time_conditioning`` is False) → ``.logits``."""
