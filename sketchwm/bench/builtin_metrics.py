@@ -43,23 +43,27 @@ from ..hookspecs import hookimpl
 from ..quality import distinct_n, seq_rep_n
 from .metric import CellData, Metric, MetricValue, threshold
 
-__all__ = ["BUILTIN_METRICS", "THEORY_METRICS", "sketchwm_register_metrics"]
+__all__ = ["BUILTIN_METRICS", "THEORY_METRICS", "rate_above", "sketchwm_register_metrics"]
+
+
+def rate_above(cell: CellData, scores: np.ndarray, alpha: float, analytic: np.ndarray) -> MetricValue:
+    """Fraction of ``scores`` (n,) at or above the one decision rule's threshold max(τ_N, τ_α) at
+    ``alpha`` (τ_N conformal from the cell's calibration split, :func:`sketchwm.bench.metric.threshold`;
+    ``analytic`` (n,) τ_α per text); NaN with the reason when the calibration split is too small."""
+    thr, note = threshold(cell, alpha, analytic)
+    if note:
+        return MetricValue(float("nan"), len(scores), note)
+    return MetricValue(float(np.mean(scores >= thr)), len(scores))
 
 
 class TPRAtFPR(Metric):
     """TPR at 1% FPR: fraction of the cell's texts with score ≥ max(τ_N, τ_α) (the one decision rule)."""
 
-    name = "tpr@1%fpr"
-    unit = "fraction"
-    task = "robustness"
-    kinds = ("clean", "attack", "scrub")
+    name, unit, task, kinds = "tpr@1%fpr", "fraction", "robustness", ("clean", "attack", "scrub")
     alpha: ClassVar[float] = 0.01
 
     def compute(self, cell: CellData) -> MetricValue:
-        thr, note = threshold(cell, self.alpha, cell.analytic[self.alpha])
-        if note:
-            return MetricValue(float("nan"), len(cell.scores), note)
-        return MetricValue(float(np.mean(cell.scores >= thr)), len(cell.scores))
+        return rate_above(cell, cell.scores, self.alpha, cell.analytic[self.alpha])
 
 
 class TPRAtFPR01(TPRAtFPR):
@@ -72,10 +76,7 @@ class TPRAtFPR01(TPRAtFPR):
 class TPRAnalytic(Metric):
     """TPR with the analytic threshold τ_α alone at α = 1% (p ≤ α where the scheme has no closed form)."""
 
-    name = "tpr-analytic@1%"
-    unit = "fraction"
-    task = "robustness"
-    kinds = ("clean", "attack", "scrub")
+    name, unit, task, kinds = "tpr-analytic@1%", "fraction", "robustness", ("clean", "attack", "scrub")
 
     def compute(self, cell: CellData) -> MetricValue:
         a = cell.analytic[0.01]
@@ -86,26 +87,16 @@ class TPRAnalytic(Metric):
 class FPRObserved(Metric):
     """Observed FPR at α = 1% on the null *report* split (disjoint from the calibration split)."""
 
-    name = "fpr@1%"
-    unit = "fraction"
-    higher_is_better = None
-    task = "power"
-    kinds = ("clean",)
+    name, unit, higher_is_better, task, kinds = "fpr@1%", "fraction", None, "power", ("clean",)
 
     def compute(self, cell: CellData) -> MetricValue:
-        thr, note = threshold(cell, 0.01, cell.null_fpr_analytic[0.01])
-        if note:
-            return MetricValue(float("nan"), len(cell.null_fpr), note)
-        return MetricValue(float(np.mean(cell.null_fpr >= thr)), len(cell.null_fpr))
+        return rate_above(cell, cell.null_fpr, 0.01, cell.null_fpr_analytic[0.01])
 
 
 class ROCAUC(Metric):
     """ROC AUC of the cell's texts (positives) against the null report split (negatives), scikit-learn."""
 
-    name = "roc-auc"
-    unit = "fraction"
-    task = "robustness"
-    kinds = ("clean", "attack", "scrub")
+    name, unit, task, kinds = "roc-auc", "fraction", "robustness", ("clean", "attack", "scrub")
 
     def compute(self, cell: CellData) -> MetricValue:
         from sklearn.metrics import roc_auc_score
@@ -118,11 +109,7 @@ class ROCAUC(Metric):
 class TokensToDetect(Metric):
     """Median number of tokens after which p ≤ 0.01 first holds (prefixes; inf when most never reach it)."""
 
-    name = "tokens-to-detect"
-    unit = "tokens"
-    higher_is_better = False
-    task = "power"
-    kinds = ("clean",)
+    name, unit, higher_is_better, task, kinds = "tokens-to-detect", "tokens", False, "power", ("clean",)
 
     def compute(self, cell: CellData) -> MetricValue | None:
         if cell.tokens_to_detect is None:
@@ -134,27 +121,16 @@ class TokensToDetect(Metric):
 class SpoofRate(Metric):
     """Fraction of spoofed (unwatermarked-origin) texts detected at 1% FPR (Jovanović et al. 2024)."""
 
-    name = "spoof-rate"
-    unit = "fraction"
-    higher_is_better = False
-    task = "stealing"
-    kinds = ("spoof",)
+    name, unit, higher_is_better, task, kinds = "spoof-rate", "fraction", False, "stealing", ("spoof",)
 
     def compute(self, cell: CellData) -> MetricValue:
-        thr, note = threshold(cell, 0.01, cell.analytic[0.01])
-        if note:
-            return MetricValue(float("nan"), len(cell.scores), note)
-        return MetricValue(float(np.mean(cell.scores >= thr)), len(cell.scores))
+        return rate_above(cell, cell.scores, 0.01, cell.analytic[0.01])
 
 
 class ScrubRate(Metric):
     """Fraction of texts detected before the stolen-model scrub and not after it (1% FPR)."""
 
-    name = "scrub-rate"
-    unit = "fraction"
-    higher_is_better = False
-    task = "stealing"
-    kinds = ("scrub",)
+    name, unit, higher_is_better, task, kinds = "scrub-rate", "fraction", False, "stealing", ("scrub",)
 
     def compute(self, cell: CellData) -> MetricValue | None:
         if cell.reference_scores is None:
@@ -172,10 +148,7 @@ class ScrubRate(Metric):
 class SemanticSimilarity(Metric):
     """Mean sentence-embedding cosine similarity of attacked to original texts (sentence-transformers)."""
 
-    name = "semantic-similarity"
-    unit = "cosine"
-    task = "quality"
-    kinds = ("attack", "scrub")
+    name, unit, task, kinds = "semantic-similarity", "cosine", "quality", ("attack", "scrub")
 
     def compute(self, cell: CellData) -> MetricValue | None:
         if cell.similarity is None or not np.isfinite(cell.similarity).any():
@@ -186,11 +159,7 @@ class SemanticSimilarity(Metric):
 class OraclePPL(Metric):
     """Median oracle perplexity (SmolLM2-135M-Instruct, :mod:`sketchwm.oracle`) of the watermarked texts."""
 
-    name = "oracle-ppl"
-    unit = "ppl"
-    higher_is_better = False
-    task = "quality"
-    kinds = ("clean",)
+    name, unit, higher_is_better, task, kinds = "oracle-ppl", "ppl", False, "quality", ("clean",)
 
     def compute(self, cell: CellData) -> MetricValue | None:
         if cell.ppl is None:
@@ -201,11 +170,7 @@ class OraclePPL(Metric):
 class OraclePPLRatio(Metric):
     """Median oracle perplexity of watermarked texts over that of unwatermarked texts (1 = no cost)."""
 
-    name = "oracle-ppl-ratio"
-    unit = "ratio"
-    higher_is_better = False
-    task = "quality"
-    kinds = ("clean",)
+    name, unit, higher_is_better, task, kinds = "oracle-ppl-ratio", "ratio", False, "quality", ("clean",)
 
     def compute(self, cell: CellData) -> MetricValue | None:
         if cell.ppl is None or cell.null_ppl is None:
@@ -217,11 +182,7 @@ class KLPerToken(Metric):
     """Mean per-token KL(p̃‖p) (nats) of the marginals the watermarked text was sampled from (Thm 5.1's
     distortion; 0 for schemes that do not tilt the logits, e.g. the distortion-free AAR and KTH)."""
 
-    name = "kl-per-token"
-    unit = "nats/token"
-    higher_is_better = False
-    task = "quality"
-    kinds = ("clean",)
+    name, unit, higher_is_better, task, kinds = "kl-per-token", "nats/token", False, "quality", ("clean",)
 
     def compute(self, cell: CellData) -> MetricValue | None:
         if cell.kl is None or cell.kl.size == 0:
@@ -232,10 +193,7 @@ class KLPerToken(Metric):
 class Distinct2(Metric):
     """Mean distinct-2 of the texts' tokens (Li et al. 2016; :func:`sketchwm.quality.distinct_n`)."""
 
-    name = "distinct-2"
-    unit = "fraction"
-    task = "quality"
-    kinds = ("clean",)
+    name, unit, task, kinds = "distinct-2", "fraction", "quality", ("clean",)
     order: ClassVar[int] = 2
 
     def values(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -253,8 +211,7 @@ class Distinct2(Metric):
 class SeqRep4(Distinct2):
     """Mean seq-rep-4 (Welleck et al. 2020): repeated 4-grams; perplexity rewards repetition, this shows it."""
 
-    name = "seq-rep-4"
-    higher_is_better = False
+    name, higher_is_better = "seq-rep-4", False
     order = 4
 
     def values(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -264,10 +221,7 @@ class SeqRep4(Distinct2):
 class GenThroughput(Metric):
     """Watermarked generation throughput (generated tokens per wall-clock second)."""
 
-    name = "gen-throughput"
-    unit = "tokens/s"
-    task = "speed"
-    kinds = ("clean",)
+    name, unit, task, kinds = "gen-throughput", "tokens/s", "speed", ("clean",)
     deterministic = False
 
     def compute(self, cell: CellData) -> MetricValue | None:
@@ -277,10 +231,7 @@ class GenThroughput(Metric):
 class DetectThroughput(Metric):
     """Detection throughput (scored tokens per wall-clock second, tokenisation excluded)."""
 
-    name = "detect-throughput"
-    unit = "tokens/s"
-    task = "speed"
-    kinds = ("clean",)
+    name, unit, task, kinds = "detect-throughput", "tokens/s", "speed", ("clean",)
     deterministic = False
 
     def compute(self, cell: CellData) -> MetricValue | None:
@@ -290,8 +241,7 @@ class DetectThroughput(Metric):
 class _Theory(Metric):
     """Base of the theory-check metrics: read ``cell.extra[field]``; NaN with the cell's note when absent."""
 
-    task = "theory"
-    higher_is_better = None
+    task, higher_is_better = "theory", None
     field: ClassVar[str] = ""
 
     def value(self, ev: object, cell: CellData) -> MetricValue:
