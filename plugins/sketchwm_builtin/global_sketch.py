@@ -239,7 +239,8 @@ class GlobalSketchParams(StrictModel):
             on 30 prompts × 128 tokens of the default DLM, δ = 0.75 gave mean z 9.3 at 1.59× the
             unwatermarked oracle perplexity, where the paper's plain count sketch at δ = 0.5 gave
             z 6.2 at 1.69× and the presence sketch at δ = 0.5 z 6.1 at 1.20× (README, "What a
-            p-value promises"; ``benchmarks/compare_schemes.py``).
+            p-value promises"; measured with ``benchmarks/compare_schemes.py`` at commit ed05b1a, today
+            ``sketchwm bench run benchmarks/configs/tune_delta_gamma.yaml``).
         schedule: η_t schedule ``constant`` | ``late`` | ``ramp`` on the denoising time τ of each
             block (:meth:`GlobalSketchScheme.schedule_weight`).
         late_fraction: for ``late``: η_t > 0 once τ ≤ ``late_fraction`` (the last fraction of the
@@ -324,7 +325,6 @@ class GlobalSketchScheme(WatermarkScheme):
 
         reg = registry or get_registry()
         p = self.params
-        self.min_tokens = p.min_tokens
         prior, self.prior_desc = resolve_prior(p.prior, self.vocab_size, tokenizer_fingerprint)
         #: the resolved prior's identity, stored in calibrations: 16 hex of its SHA-256, or "uniform"
         self.prior_fingerprint = self.prior_desc.get("sha256", "uniform")[:16]
