@@ -395,16 +395,17 @@ class RunContext:
         return self._get(("unit", unit), build)
 
     def stealer(self, unit: Unit, train_n: int) -> Any:
-        """A :class:`sketchwm_attacks.WatermarkStealer` fitted on ``train_n`` watermarked vs unwatermarked texts."""
+        """The stealer of the registered ``steal-scrub`` attack (Jovanović et al. 2024), fitted on
+        ``train_n`` watermarked vs ``train_n`` unwatermarked texts of the unit (the harness names the
+        attack, it does not import the attack suite)."""
         def build() -> Any:
-            from sketchwm_attacks import WatermarkStealer
-
             pr = self.prompts(unit.prompt_set)
             train = self._get(("steal-train", unit), lambda: self.generate(
                 unit.backend, unit.length, pr["steal_train"], self.scheme(unit), _seed(self.cfg.seed, "steal", unit))[0])
             ref = self.null_texts(unit.backend, unit.length, unit.prompt_set, "steal_ref")
-            be = self.backend(unit.backend)
-            return WatermarkStealer(be.vocab_size).fit(be.encode(train[:train_n]), be.encode(ref[:train_n]))
+            scrub = self.registry.create("attack", "steal-scrub", None, backend=self.backend(unit.backend),
+                                         watermarked_texts=train[:train_n], reference_texts=ref[:train_n])
+            return scrub.stealer
         return self._get(("stealer", unit, train_n), build)
 
 
