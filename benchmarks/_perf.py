@@ -76,3 +76,18 @@ def interleaved(fns: dict[str, Callable[[], Any]], repeats: int, dev: torch.devi
 def median_ms(times: list[float]) -> float:
     """Median of seconds, in milliseconds, rounded to 0.01."""
     return round(1e3 * statistics.median(times), 2)
+
+
+def interleaved_medians(fns: dict[str, Callable[[], Any]], repeats: int, dev: torch.device) -> dict[str, float]:
+    """:func:`interleaved`, then :func:`median_ms` of each callable: name → median milliseconds."""
+    return {k: median_ms(v) for k, v in interleaved(fns, repeats, dev).items()}
+
+
+def report(lines: list[str], res: dict[str, Any]) -> None:
+    """Print the human-readable ``lines``, then ``res`` as one JSON object, the last line (what the
+    tests and the README read)."""
+    import json
+
+    for line in lines:
+        print(line)
+    print(json.dumps(res))

@@ -15,7 +15,6 @@ Last line: {"ms": <bank, median>, "bank_mb": ..., ...}
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _perf import add_common_args, interleaved, median_ms, setup  # noqa: E402
+from _perf import add_common_args, interleaved_medians, report, setup  # noqa: E402
 
 from sketchwm.attribution import DirectionBank, integer_sketch  # noqa: E402
 from sketchwm.keys import WatermarkKey  # noqa: E402
@@ -58,15 +57,12 @@ def main(argv: list[str] | None = None) -> int:
         ref = (U @ Hf).round().long().cpu().numpy()
         got = bank.inner(integer_sketch(scheme, ids, valid)[0])
         assert np.array_equal(got, ref) and int(np.argmax(got)) == int(np.argmax(ref)), "bank differs from float reference"
-    times = interleaved(fns, args.repeats, dev)
-    ms = {k: median_ms(v) for k, v in times.items()}
+    ms = interleaved_medians(fns, args.repeats, dev)
     res = {"ms": ms["bank"], "bank_mb": round(bank.nbytes / 1e6, 2), "float_ms": ms.get("float"),
            "float_mb": None if args.no_float else round(args.keys * scheme.sketch.dim * 4 / 1e6, 1),
            "keys": args.keys, "D": scheme.sketch.dim, "length": args.length, "build_s": round(build_s, 1),
            "device": str(dev), "threads": torch.get_num_threads(), "repeats": args.repeats}
-    for k in fns:
-        print(f"{k:>6}: {ms[k]:8.2f} ms")
-    print(json.dumps(res))
+    report([f"{k:>6}: {ms[k]:8.2f} ms" for k in fns], res)
     return 0
 
 

@@ -17,7 +17,6 @@ Last line: {"tokens_per_s": <full>, "score_tokens_per_s": <bare>, ...}
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -26,7 +25,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _perf import add_common_args, interleaved, median_ms, setup  # noqa: E402
+from _perf import add_common_args, interleaved_medians, report, setup  # noqa: E402
 
 from sketchwm.detection import Detector  # noqa: E402
 from sketchwm.keys import WatermarkKey  # noqa: E402
@@ -72,17 +71,14 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("unigram", "red-green-dlm"):
             d = Detector(reg.create("scheme", name, {}, key, V, device=dev), _NoTokenizer(), "benchmark", alpha=0.01)
             fns[name] = (lambda d=d: d.detect_batch(ids, valid))
-    times = interleaved(fns, args.repeats, dev)
     n_tok = B * N
-    ms = {k: median_ms(v) for k, v in times.items()}
+    ms = interleaved_medians(fns, args.repeats, dev)
     tps = {k: round(n_tok / (v / 1e3), -3) for k, v in ms.items()}
     res = {"tokens_per_s": tps["detect"], "score_tokens_per_s": tps["score"],
            "unigram_tokens_per_s": tps.get("unigram"), "red_green_dlm_tokens_per_s": tps.get("red-green-dlm"),
            "tokens": n_tok, "texts": B, "length": N, "V": V, "D": scheme.sketch.dim, "device": str(dev),
            "threads": torch.get_num_threads(), "repeats": args.repeats, "median_ms": ms}
-    for k in fns:
-        print(f"{k:>14}: {ms[k]:9.2f} ms  {tps[k]:.3g} tokens/s")
-    print(json.dumps(res))
+    report([f"{k:>14}: {ms[k]:9.2f} ms  {tps[k]:.3g} tokens/s" for k in fns], res)
     return 0
 
 
