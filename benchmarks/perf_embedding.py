@@ -6,10 +6,13 @@ on float32 logits of shape (1, 256, 126464) — LLaDA's vocabulary — at D = 1,
 against one softmax of the same tensor. Both sides follow the same allocation policy and neither
 mutates the input:
 
-* ``allocating``: softmax → ``torch.softmax(logits)`` (a fresh output); embedding → a fresh copy of
-  the logits, tilted in place by ``process_logits`` (the copy is its output allocation).
+* ``allocating``: softmax → ``torch.softmax(logits)`` (a fresh output); embedding → a fresh
+  ``torch.empty_like(logits)`` output that ``process_logits`` writes logits + η_t a into
+  (``Marginals.out``), as torch.softmax fills its fresh output.
 * ``inplace``: both write into a preallocated output: softmax → ``aten._softmax.out``; embedding →
-  ``out.copy_(logits)`` then ``process_logits`` on ``out``.
+  ``process_logits`` with ``Marginals.out`` = that output.
+
+Neither side reads or writes anything else of (B, G, V) size beyond its own working buffers.
 
 The input is checked unchanged at the end. Schemes: the default (presence Count-Sketch,
 ``exclude_top`` 300 with a Zipf prior; ``ratio``, ``ratio_inplace``) and the paper's count sketch
@@ -76,15 +79,16 @@ def main(argv: list[str] | None = None) -> int:
     out_emb = torch.empty_like(logits)
 
     def embed(scheme, out: torch.Tensor) -> torch.Tensor:
-        step = DenoiseStep(10, 64, tokens, masked, Marginals.canvas(out, masked), torch.zeros(B, 1, dtype=torch.long, device=dev),
-                           torch.ones(B, 1, dtype=torch.bool, device=dev), (0, G), V)
+        step = DenoiseStep(10, 64, tokens, masked, Marginals.canvas(logits, masked, out=out),
+                           torch.zeros(B, 1, dtype=torch.long, device=dev), torch.ones(B, 1, dtype=torch.bool, device=dev),
+                           (0, G), V)
         return scheme.process_logits(step)
 
     fns = {"softmax": lambda: torch.softmax(logits, -1),
            "softmax_inplace": lambda: torch.ops.aten._softmax.out(logits, -1, False, out=out_soft)}
     for name, sch in schemes.items():
-        fns[f"{name}"] = (lambda sch=sch: embed(sch, logits.clone()))
-        fns[f"{name}_inplace"] = (lambda sch=sch: embed(sch, out_emb.copy_(logits)))
+        fns[f"{name}"] = (lambda sch=sch: embed(sch, torch.empty_like(logits)))
+        fns[f"{name}_inplace"] = (lambda sch=sch: embed(sch, out_emb))
     times = interleaved(fns, args.repeats, dev)
     assert torch.equal(logits, before), "the input logits were modified"
 

@@ -570,21 +570,39 @@ class Sketch(Component):
             w_hat (B, V) float32, n_hat (B,) float32, and for ``presence`` log_absent (B, V) float32 =
             Σ_{i∈M} log(1 − p_i(v)) (None for ``count``).
         """
-        keep = None if self.keep is None else self.keep_table()[None, : self.vocab_size].to(probs.device)  # (1, V)
         if self.counting == "count":
             mass = torch.bmm(valid.to(probs.dtype)[:, None, :], probs)[:, 0]  # (B, V) Σ_{i∈M} p_i
-            with serial_on_cpu(probs.device):  # (B, V) ops only
-                w = mass.add_(frozen_counts)
-                if keep is not None:
-                    w.mul_(keep)
-                return w, torch.full((w.shape[0],), float(n_tokens), device=w.device), None
+            return (*self.weights_from_sums(frozen_counts, mass, n_tokens), None)
         log1m = probs.clamp_(max=1 - 1e-6).neg_().log1p_()  # (B, M, V) log(1 − p_i(v)), in place
         log_absent = torch.bmm(valid.to(probs.dtype)[:, None, :], log1m)[:, 0]  # (B, V)
-        with serial_on_cpu(probs.device):  # (B, V) ops only
-            w = torch.expm1(log_absent).neg_().masked_fill_(frozen_counts > 0, 1.0)  # (B, V)
+        return (*self.weights_from_sums(frozen_counts, log_absent, n_tokens), log_absent)
+
+    def weights_from_sums(self, frozen_counts: torch.Tensor, sums: torch.Tensor,
+                          n_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """E[x(Y)] and n̂ from the column sums of the masked marginals (eq. 5 and its presence analogue).
+
+        Args:
+            frozen_counts: (B, V) float32 counts of the unmasked tokens.
+            sums: (B, V) float32, Σ_{i∈M} p_i(v) for ``count``, Σ_{i∈M} log(1 − p_i(v)) for
+                ``presence`` (:func:`sketchwm.marginal_sums.masked_marginal_sums` computes both);
+                not modified.
+            n_tokens: N (the generation length).
+
+        Returns:
+            w_hat (B, V) float32 (0 on excluded tokens) and n_hat (B,) float32: N for ``count``,
+            Σ_v E[x_v] (at least 1) for ``presence``.
+        """
+        keep = None if self.keep is None else self.keep_table()[None, : self.vocab_size].to(sums.device)  # (1, V)
+        with serial_on_cpu(sums.device):  # (B, V) ops only
+            if self.counting == "count":
+                w = sums.add(frozen_counts)
+                if keep is not None:
+                    w.mul_(keep)
+                return w, torch.full((w.shape[0],), float(n_tokens), device=w.device)
+            w = torch.expm1(sums).neg_().masked_fill_(frozen_counts > 0, 1.0)  # (B, V)
             if keep is not None:
                 w.mul_(keep)
-            return w, w.sum(1).clamp_min(1.0), log_absent
+            return w, w.sum(1).clamp_min(1.0)
 
     def expected_weights_stopping(
         self, tokens: torch.Tensor, masked: torch.Tensor, probs: torch.Tensor, positions: torch.Tensor,
@@ -895,19 +913,27 @@ class MarginalReads:
     Attributes:
         kind: ``sampled``, ``masked`` or ``near``.
         radius: r >= 0 for ``near`` (0 otherwise).
+        incremental: ``masked`` only. The hooks keep a running statistic over M_t across the steps
+            of one generation (reset by :meth:`WatermarkScheme.begin`), so between refreshes
+            (``SamplerConfig.marginal_refresh``) the engine computes and passes the target rows
+            only (:attr:`Marginals.complete` False): the other masked rows keep the marginals of
+            the last complete step, an approximation whose effect the scheme must measure.
 
     Raises:
-        ValueError: an unknown kind or a negative radius.
+        ValueError: an unknown kind, a negative radius, or ``incremental`` with another kind.
     """
 
     kind: Literal["sampled", "masked", "near"] = "masked"
     radius: int = 0
+    incremental: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in ("sampled", "masked", "near"):
             raise ValueError(f"unknown marginal reads kind {self.kind!r}")
         if self.radius < 0 or (self.radius and self.kind != "near"):
             raise ValueError(f"radius must be >= 0 and only given with kind 'near', got {self.radius} with {self.kind!r}")
+        if self.incremental and self.kind != "masked":
+            raise ValueError(f"incremental reads need kind 'masked', got {self.kind!r}")
 
     @classmethod
     def sampled(cls) -> "MarginalReads":
@@ -915,9 +941,9 @@ class MarginalReads:
         return cls("sampled")
 
     @classmethod
-    def masked(cls) -> "MarginalReads":
-        """Every masked row of the canvas (all blocks)."""
-        return cls("masked")
+    def masked(cls, incremental: bool = False) -> "MarginalReads":
+        """Every masked row of the canvas (all blocks); ``incremental``: see the class doc."""
+        return cls("masked", 0, incremental)
 
     @classmethod
     def near(cls, radius: int) -> "MarginalReads":
@@ -968,6 +994,15 @@ class Marginals:
         targets: (B, K) int64, the rows about to be tilted and sampled: indices into ``logits``.
         target_valid: (B, K) bool, False on padding targets (a text that commits fewer than K
             tokens); the engine ignores what the hooks return for them.
+        out: optional (B, K, V) float32 tensor the tilted target logits must be written to (a caller
+            that keeps ``logits`` intact and owns the output buffer: a benchmark, a user's loop);
+            then :meth:`target_logits` copies the targets into it and hooks may write it directly
+            (``torch.add(..., out=out)``: one pass instead of a copy and a tilt). None (the engine):
+            the hooks may tilt ``logits`` itself.
+        complete: True when the rows are every row the scheme declared. False only for
+            ``MarginalReads.masked(incremental=True)`` between refreshes: the rows are then the
+            targets alone (rows = targets, positions = their positions), and every other masked
+            row keeps the marginals it had at the last complete step.
 
     Raises:
         ValueError: shapes that disagree.
@@ -978,6 +1013,8 @@ class Marginals:
     valid: torch.Tensor
     targets: torch.Tensor
     target_valid: torch.Tensor
+    out: torch.Tensor | None = None
+    complete: bool = True
 
     def __post_init__(self) -> None:
         if self.logits.dim() != 3 or self.positions.shape != self.logits.shape[:2] or self.valid.shape != self.positions.shape:
@@ -992,15 +1029,16 @@ class Marginals:
             (self.targets == torch.arange(K, device=self.targets.device)).all())
 
     @classmethod
-    def canvas(cls, logits: torch.Tensor, masked: torch.Tensor) -> "Marginals":
+    def canvas(cls, logits: torch.Tensor, masked: torch.Tensor, out: torch.Tensor | None = None) -> "Marginals":
         """Every position of the generation region as a row, every masked one a target.
 
         For code holding the full canvas (user sampling loops, tests): logits (B, G, V) float32,
-        masked (B, G) bool; unmasked rows are padding. The hooks then return (B, G, V).
+        masked (B, G) bool; unmasked rows are padding. The hooks then return (B, G, V), written to
+        ``out`` (B, G, V) when given (``logits`` then stays as it was).
         """
         B, G = masked.shape
         rows = torch.arange(G, device=masked.device).expand(B, G)
-        return cls(logits, rows, masked, rows, masked)
+        return cls(logits, rows, masked, rows, masked, out)
 
     @classmethod
     def select(cls, logits: torch.Tensor, masked: torch.Tensor, targets: torch.Tensor, target_valid: torch.Tensor,
@@ -1029,8 +1067,11 @@ class Marginals:
         return torch.gather(x, 1, pos.reshape(pos.shape + (1,) * (x.dim() - 2)).expand(-1, -1, *x.shape[2:]))
 
     def target_logits(self) -> torch.Tensor:
-        """(B, K, V) float32, the targets' logits, a tensor the caller may modify in place: ``logits``
-        itself when the rows are the targets (read what you need from ``logits`` first), else a copy."""
+        """(B, K, V) float32, the targets' logits, a tensor the caller may modify in place: ``out``
+        holding a copy of them when given, else ``logits`` itself when the rows are the targets (read
+        what you need from ``logits`` first), else a copy."""
+        if self.out is not None:
+            return self.out.copy_(self.at_target_rows(self.logits))
         return self.at_target_rows(self.logits)
 
 

@@ -39,6 +39,7 @@ from .errors import ConfigError, InputError
 __all__ = [
     "SamplerConfig", "MaskedDiffusionSampler", "GenerationOutput", "transfer_schedule", "packed_masked_positions",
     "sample_tokens", "check_logits", "Canvas", "MarginalSource", "FullCanvasMarginals", "RefreshedMarginals",
+    "IncrementalMarginals",
     "RemaskingRule", "RandomRemasking", "LowConfidenceRemasking", "EntropyRemasking",
 ]
 
@@ -55,13 +56,17 @@ class SamplerConfig(StrictModel):
         top_p: nucleus filter on the tempered, tilted marginals (1.0 = off), as Dream applies it.
         remasking: which masked positions to commit first.
         stop_at_eos: cut each text at the first EOS token.
-        marginal_refresh: r >= 1. For schemes that read every masked row
-            (``MarginalReads.masked()``, the global sketch), with random remasking
-            (:class:`RefreshedMarginals`): the LM head runs on every masked row only every r-th step; in between, the masked rows
-            that are not sampled keep their marginals from the last refresh (masked rows are never
-            re-masked, so they are a subset of the refreshed ones) and only the K sampled rows are
-            computed fresh. 1 (default) is the exact computation of eq. 5 at every step; the effect
-            of r > 1 on the tilt and on detection z is measured by ``benchmarks/perf_generate.py``.
+        marginal_refresh: how often the LM head runs on every masked row for a scheme that reads
+            them all (``MarginalReads.masked()``, the global sketch's Σ_{i∈M_t} of eq. 5). ``1``:
+            at every step (the exact computation). ``r`` > 1: every r-th step; ``block``: at the
+            first step of each block. In between only the K sampled rows are computed fresh and the
+            other masked rows keep their marginals from the last refresh (masked rows are never
+            re-masked, so they are a subset of the refreshed ones): schemes whose reads are
+            ``incremental`` then get the target rows alone and update a running statistic
+            (:class:`IncrementalMarginals`, O(K·V) per step); others get the cached rows gathered
+            (:class:`RefreshedMarginals`, random remasking only). ``auto`` (default): ``block``
+            for incremental schemes, 1 for the others. The effect on the tilt and on detection z
+            is measured by ``benchmarks/perf_generate.py`` (README, "Speed").
     """
 
     gen_length: int = Field(128, ge=1)
@@ -71,7 +76,7 @@ class SamplerConfig(StrictModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     remasking: Literal["low_confidence", "random", "entropy"] = "random"
     stop_at_eos: bool = True
-    marginal_refresh: int = Field(1, ge=1)
+    marginal_refresh: int | Literal["auto", "block"] = "auto"
 
     @model_validator(mode="after")
     def _check(self) -> "SamplerConfig":
@@ -82,6 +87,8 @@ class SamplerConfig(StrictModel):
             raise ValueError(f"steps ({self.steps}) must be a multiple of the number of blocks ({n_blocks})")
         if self.steps > self.gen_length:
             raise ValueError(f"steps ({self.steps}) must be <= gen_length ({self.gen_length})")
+        if isinstance(self.marginal_refresh, int) and self.marginal_refresh < 1:
+            raise ValueError(f"marginal_refresh must be >= 1, 'block' or 'auto', got {self.marginal_refresh}")
         return self
 
 
@@ -221,8 +228,11 @@ class MarginalSource:
         """Forget per-generation state (called before each batch)."""
 
     def marginals(self, canvas: Canvas, reads: MarginalReads, targets: torch.Tensor, target_valid: torch.Tensor,
-                  step: int) -> Marginals:
+                  step: int, refresh: bool = True) -> Marginals:
         """The :class:`Marginals` of ``reads`` for the targets (B, K) int64 / (B, K) bool at this step.
+
+        ``refresh``: whether the sampler's ``marginal_refresh`` schedule is due at this step (the
+        amortised strategies compute every declared row only then; this one always does).
 
         Raises:
             InputError: NaN or inf logits from the backend on a valid row.
@@ -262,20 +272,38 @@ class FullCanvasMarginals(MarginalSource):
         return torch.gather(full, 1, index[..., None].expand(-1, -1, full.shape[-1]))
 
 
-class RefreshedMarginals(MarginalSource):
-    """Amortised strategy (``SamplerConfig.marginal_refresh`` = r > 1) for schemes that read every
-    masked row: the LM head runs on all of them only every r-th step; in between, the masked rows
-    that are not targets keep their marginals from the last refresh (masked rows are never
-    re-masked, so they are a subset of the refreshed ones) and only the K target rows are computed
-    fresh. Other declarations read rows that move with the targets and are computed exactly.
-
-    Args:
-        backend, banned: as :class:`MarginalSource`; refresh: r.
+class IncrementalMarginals(MarginalSource):
+    """Amortised strategy for ``MarginalReads.masked(incremental=True)`` (``SamplerConfig.marginal_refresh``
+    other than 1): at a refresh step the LM head runs on every masked row (a complete
+    :class:`Marginals`); in between on the K targets only, passed alone with ``complete`` False —
+    the scheme updates its running statistic from them (O(K·V) per step instead of O(M·V)).
+    Other declarations are computed exactly.
     """
 
-    def __init__(self, backend: DLMBackend, banned: torch.Tensor, refresh: int):
+    def marginals(self, canvas: Canvas, reads: MarginalReads, targets: torch.Tensor, target_valid: torch.Tensor,
+                  step: int, refresh: bool = True) -> Marginals:
+        """See :meth:`MarginalSource.marginals`; the targets alone between refreshes."""
+        if refresh or not reads.incremental:
+            return super().marginals(canvas, reads, targets, target_valid, step)
+        rows = torch.arange(targets.shape[1], device=targets.device).expand_as(targets)
+        return Marginals(self.fetch(canvas, targets, target_valid, step), targets, target_valid, rows, target_valid,
+                         complete=False)
+
+
+class RefreshedMarginals(MarginalSource):
+    """Amortised strategy (``SamplerConfig.marginal_refresh`` other than 1) for schemes that read every
+    masked row without updating a statistic incrementally: the LM head runs on all of them only at
+    refresh steps; in between, the masked rows that are not targets keep their marginals from the
+    last refresh (masked rows are never re-masked, so they are a subset of the refreshed ones),
+    gathered into a full (B, R, V) tensor, and only the K target rows are computed fresh. Other
+    declarations read rows that move with the targets and are computed exactly.
+
+    Args:
+        backend, banned: as :class:`MarginalSource`.
+    """
+
+    def __init__(self, backend: DLMBackend, banned: torch.Tensor):
         super().__init__(backend, banned)
-        self.refresh = refresh
         self.cache: tuple[torch.Tensor, torch.Tensor] | None = None  # (logits (B, R0, V), row of each position (B, G))
 
     def reset(self) -> None:
@@ -283,9 +311,9 @@ class RefreshedMarginals(MarginalSource):
         self.cache = None
 
     def marginals(self, canvas: Canvas, reads: MarginalReads, targets: torch.Tensor, target_valid: torch.Tensor,
-                  step: int) -> Marginals:
+                  step: int, refresh: bool = True) -> Marginals:
         """See :meth:`MarginalSource.marginals`; cached rows between refreshes."""
-        if reads.kind != "masked" or self.cache is None or step % self.refresh == 0:
+        if reads.kind != "masked" or self.cache is None or refresh:
             m = super().marginals(canvas, reads, targets, target_valid, step)
             if reads.kind == "masked":  # hooks may tilt target_logits() in place: never let it alias the cache
                 row_of = torch.zeros_like(canvas.tokens).scatter_(
@@ -388,8 +416,8 @@ class MaskedDiffusionSampler:
             Fields not given fall back to ``backend.sampler_defaults``, then to the defaults above.
         scheme: a :class:`WatermarkScheme`, or None for the unwatermarked base model.
         marginal_source: a :class:`MarginalSource` class to use instead of the configured one
-            (:class:`MarginalSource`, or :class:`RefreshedMarginals` when ``marginal_refresh`` > 1
-            with random remasking);
+            (:class:`MarginalSource`, or :class:`IncrementalMarginals` / :class:`RefreshedMarginals`
+            under an amortised ``marginal_refresh``);
             e.g. :class:`FullCanvasMarginals` as a reference.
 
     Raises:
@@ -416,14 +444,21 @@ class MaskedDiffusionSampler:
         V = backend.vocab_size
         banned = torch.tensor(sorted(set(backend.banned_token_ids) | {backend.mask_token_id}), dtype=torch.long)
         banned = banned[banned < V].to(backend.device)
-        if marginal_source is not None:
-            self.source = marginal_source(backend, banned)
-        elif cfg.marginal_refresh > 1 and cfg.remasking == "random":
-            self.source = RefreshedMarginals(backend, banned, cfg.marginal_refresh)
-        else:
-            self.source = MarginalSource(backend, banned)
         #: the rows the hooks read; without a scheme only the targets are sampled
         self.reads = scheme.reads if scheme is not None else MarginalReads.sampled()
+        refresh = cfg.marginal_refresh
+        #: the refresh schedule in force: 1 (every step, exact), r, or "block"
+        self.refresh = ("block" if self.reads.incremental else 1) if refresh == "auto" else refresh
+        if marginal_source is not None:
+            self.source = marginal_source(backend, banned)
+        elif self.refresh == 1 or self.reads.kind != "masked":
+            self.source = MarginalSource(backend, banned)
+        elif self.reads.incremental:
+            self.source = IncrementalMarginals(backend, banned)
+        elif cfg.remasking == "random":
+            self.source = RefreshedMarginals(backend, banned)
+        else:
+            self.source = MarginalSource(backend, banned)
 
     # ------------------------------------------------------------------ prompts
     def _prepare_prompts(self, prompts: Sequence[str] | Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
@@ -508,7 +543,8 @@ class MaskedDiffusionSampler:
                 k = schedule[:, s]  # (B,)
                 targets, valid = self.remasking.candidates(canvas.masked & in_block, k, generator)  # (B, K)
                 if targets.shape[1]:
-                    marginals = self.source.marginals(canvas, self.reads, targets, valid, step)
+                    refresh = s == 0 if self.refresh == "block" else step % self.refresh == 0
+                    marginals = self.source.marginals(canvas, self.reads, targets, valid, step, refresh)
                     state = DenoiseStep(step, cfg.steps, canvas.tokens, canvas.masked, marginals, canvas.prompt_ids,
                                         canvas.prompt_mask, block, canvas.mask_token_id, generator)
                     logits, uniforms = self._scheme_hooks(state)  # (B, K, V), (B, K, V) or None

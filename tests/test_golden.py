@@ -2,7 +2,7 @@
 
 For every registered watermark scheme (and the unwatermarked sampler) and every sampling path of
 :class:`sketchwm.engine.MaskedDiffusionSampler` — random remasking (the row / packed paths), random
-remasking with ``marginal_refresh = 2``, semi-autoregressive blocks, LLaDA's low-confidence
+remasking with ``marginal_refresh = 2`` and ``"block"``, semi-autoregressive blocks, LLaDA's low-confidence
 remasking, Dream's entropy remasking with a nucleus filter, greedy decoding — this records the
 generated token ids on the tiny random BERT of :mod:`sketchwm.testing` (fixed key, seed and
 prompts), and each scheme's detection statistics (score, z, p-value, tokens scored) of its
@@ -33,11 +33,13 @@ REGEN = os.environ.get("SKETCHWM_REGEN_GOLDEN") == "1"
 
 PROMPTS = ["the water", "a man said", "", "many new words"]
 BASE = {"gen_length": 32, "block_length": 32, "steps": 16, "temperature": 1.0, "top_p": 1.0,
-        "remasking": "random", "stop_at_eos": True}
+        "remasking": "random", "stop_at_eos": True, "marginal_refresh": 1}
 #: sampling path name → sampler overrides
 PATHS: dict[str, dict] = {
     "random": {},
     "random-refresh2": {"marginal_refresh": 2},
+    # the amortised default of incremental schemes: every masked row at the first step of each block
+    "random-blocks-refresh-block": {"block_length": 8, "marginal_refresh": "block"},
     "random-blocks": {"block_length": 8},
     "low-confidence-blocks": {"remasking": "low_confidence", "block_length": 16},
     "entropy-top-p": {"remasking": "entropy", "top_p": 0.9},
@@ -46,6 +48,7 @@ PATHS: dict[str, dict] = {
     # global sketch, and every scheme's handling of a stop token
     "stop-random": {"stopping": True},
     "stop-blocks": {"stopping": True, "block_length": 8},
+    "stop-blocks-refresh-block": {"stopping": True, "block_length": 8, "marginal_refresh": "block"},
 }
 #: scheme params for the tiny vocabulary (as in the conformance suite)
 PARAMS: dict[str, dict] = {

@@ -97,9 +97,9 @@ def test_declared_reads_match_reading_every_masked_row(name, remasking, tiny):
 
 def test_baselines_declare_their_reads():
     """The four position-local baselines read only the sampled rows (else the engine computes more
-    than they need); the global sketch every masked row; red-green-dlm its neighbours."""
+    than they need); the global sketch every masked row (incrementally); red-green-dlm its neighbours."""
     assert {"unigram", "kgw-naive", "aar-gumbel", "kth-exp-edit"} <= set(ROW_SCHEMES)
-    assert READS["global-sketch"].reads == MarginalReads.masked()
+    assert READS["global-sketch"].reads == MarginalReads.masked(incremental=True)
     for context in ([-1], [-1, 1], [-2]):
         assert make("red-green-dlm", 120, context=context).reads == MarginalReads.near(2 * max(abs(o) for o in context))
 
@@ -136,8 +136,9 @@ def test_red_green_dlm_neighbour_rows_match_every_masked_row(context, tiny):
 
 def test_engine_computes_only_the_declared_rows(tiny, monkeypatch):
     """The LM head runs on exactly the declared rows: with random remasking, K rows per step for a
-    scheme reading the sampled rows (as without a scheme), every masked row for the global sketch;
-    the full (B, P+G, V) logits are never asked for."""
+    scheme reading the sampled rows (as without a scheme), every masked row for the global sketch
+    (at every step when exact, at refreshes only by default); the full (B, P+G, V) logits are never
+    asked for."""
     calls = {"logits": 0, "rows": []}
     orig_logits, orig_at = tiny.logits, tiny.logits_at
 
@@ -153,14 +154,17 @@ def test_engine_computes_only_the_declared_rows(tiny, monkeypatch):
     monkeypatch.setattr(tiny, "logits_at", counting_at)
     cfg = {**SAMPLER, "gen_length": 32, "block_length": 32, "steps": 16}  # 2 tokens per step
     rows = {}
-    for name in (None, "unigram", "global-sketch"):
+    for name, refresh in ((None, "auto"), ("unigram", "auto"), ("global-sketch", 1), ("global-sketch", "auto")):
         calls["rows"] = []
         scheme = None if name is None else make(name, tiny.vocab_size)
-        MaskedDiffusionSampler(tiny, cfg, scheme).generate(PROMPTS[:2])
-        rows[name] = list(calls["rows"])
+        MaskedDiffusionSampler(tiny, {**cfg, "marginal_refresh": refresh}, scheme).generate(PROMPTS[:2])
+        rows[name, refresh] = list(calls["rows"])
     assert calls["logits"] == 0
-    assert rows[None] == rows["unigram"] == [2] * 16
-    assert rows["global-sketch"] == list(range(32, 0, -2))  # every masked row: 32, 30, ..., 2
+    assert rows[None, "auto"] == rows["unigram", "auto"] == [2] * 16
+    assert rows["global-sketch", 1] == list(range(32, 0, -2))  # exact: every masked row, 32, 30, ..., 2
+    # incremental reads, refreshed once per block (one block here): every masked row at the first step,
+    # then the two targets alone
+    assert rows["global-sketch", "auto"] == [32] + [2] * 15
 
 
 def _readme_example_plugin() -> types.ModuleType:

@@ -96,11 +96,12 @@ import torch
 from pydantic import Field
 
 from sketchwm.components import (DenoiseStep, MarginalReads, Marginals, SchemeScores, WatermarkScheme, distinct_token_sums,
-                                 serial_on_cpu)
+                                 packed_masked_positions, serial_on_cpu)
 from sketchwm.config import ComponentSpec, StrictModel
 from sketchwm.context import BuildContext
 from sketchwm.errors import ConfigError, InputError
 from sketchwm.hookspecs import hookimpl
+from sketchwm.marginal_sums import MarginalSums, masked_marginal_sums
 from sketchwm.prf import keyed_signs
 from sketchwm.stats import bonferroni, normal_isf, normal_sf, rademacher_sum_pvalue
 
@@ -259,6 +260,12 @@ class GlobalSketchParams(StrictModel):
             most β standard deviations (domain shift; see the module doc for how β = 0.5 was set).
         p_value: p-value method under ``null="key-randomised"`` (``exact``: characteristic function + FFT).
         min_tokens: shortest text the detector accepts.
+        tail_epsilon: ε of the embedding step's tail linearisation (``presence``; issue 15): tokens
+            whose probability is below ε at every masked row use log(1 − p) ≈ −p in the expected
+            sketch and 1/(1 − p) ≈ 1 in the tilt, so a moves by at most a relative ε/(1 − ε)
+            (:mod:`sketchwm.marginal_sums`); the tokens above ε somewhere are computed exactly.
+            0 is the exact dense computation. Measured effect on the default model: README,
+            "Speed".
     """
 
     sketch: ComponentSpec = ComponentSpec(
@@ -273,6 +280,7 @@ class GlobalSketchParams(StrictModel):
     null_margin: float = Field(0.5, ge=0)
     p_value: Literal["exact", "bound", "uniform-bound", "normal", "monte-carlo"] = "exact"
     min_tokens: int = Field(16, ge=1)
+    tail_epsilon: float = Field(1e-3, ge=0, lt=0.5)
 
 
 @dataclass
@@ -296,6 +304,100 @@ class Attribution:
     n_keys: int
 
 
+@dataclass
+class _TiltParts:
+    """The residual gradient a_i(v) of one step, unmultiplied (:meth:`GlobalSketchScheme._tilt_parts`).
+
+    a_i(v) = factor(v) ∘ rows_i(v) with ∘ = ``op`` (``add``: factor alone; ``mul``/``div``: times/over
+    ``rows``), plus, for ``add`` with ``cols``, factor(v)·col_ratio_i(v) on the exact columns v ∈ cols.
+
+    Attributes:
+        factor: (B, V) float32 per-token part.
+        n_hat: (B,) float32 normaliser n̂.
+        op: ``add`` | ``mul`` | ``div``.
+        rows: (B, K, V) or (B, K, 1) float32 per-row part for ``mul``/``div``, else None.
+        cols: (C,) int64 exact columns, or None; col_ratio: (B, K, C) float32 p/(1 − p) there.
+        tail_max: the largest tail probability left linear (the achieved ε).
+    """
+
+    factor: torch.Tensor
+    n_hat: torch.Tensor
+    op: str
+    rows: torch.Tensor | None = None
+    cols: torch.Tensor | None = None
+    col_ratio: torch.Tensor | None = None
+    tail_max: float = 0.0
+
+    def apply(self, logits: torch.Tensor, eta: torch.Tensor, src: torch.Tensor | None = None) -> torch.Tensor:
+        """logits = src + η a (``src`` None: logits += η a in place), one fused pass over (B, K, V)
+        (plus a (B, K, C) scatter): logits, src (B, K, V) float32, eta (B,) float32. Returns ``logits``."""
+        with serial_on_cpu(self.factor.device):
+            f = (self.factor * eta[:, None])[:, None, :]  # (B, 1, V) η_t·factor
+        src = logits if src is None else src
+        if self.op == "div":
+            return torch.addcdiv(src, f, self.rows, out=logits)
+        if self.op == "mul":
+            return torch.addcmul(src, self.rows, f, out=logits)
+        torch.add(src, f, out=logits)
+        if self.cols is not None and self.cols.numel():
+            B, K = logits.shape[:2]
+            idx = self.cols[None, None, :].expand(B, K, -1)
+            logits.scatter_add_(2, idx, f[:, :, self.cols] * self.col_ratio)
+        return logits
+
+
+@dataclass
+class _RunningSums:
+    """The statistic over M_t kept between refreshes (:meth:`GlobalSketchScheme._masked_sums`).
+
+    Attributes:
+        logits: (B, R0, V) float32, the rows of the last complete step (not modified).
+        row_of: (B, G) int64, the row of ``logits`` of each position masked then.
+        base: (B, V) float32, the statistic over the positions masked and not targets at the last
+            step, from the rows of the last complete step; None until first needed (a step
+            without a tilt, or a stop token, does not compute it).
+        base_weights: (B, R0) float32, 1 on the rows of the complete step that were masked and not
+            targets (what ``base`` sums when computed late).
+        masked: (B, G) bool, M_t at the last step; targets: (B, G) bool, its (valid) targets.
+    """
+
+    logits: torch.Tensor
+    row_of: torch.Tensor
+    base: torch.Tensor | None
+    base_weights: torch.Tensor
+    masked: torch.Tensor
+    targets: torch.Tensor
+
+    @classmethod
+    def start(cls, marginals: Marginals, masked: torch.Tensor, base: torch.Tensor | None = None) -> "_RunningSums":
+        """From a complete step: its rows (copied when the hooks may tilt them in place), M_t (B, G)
+        bool and, if computed, the statistic over its non-target masked rows (B, V)."""
+        logits = marginals.logits
+        if marginals.rows_are_targets and marginals.out is None:  # target_logits() is this tensor: keep a copy
+            logits = logits.clone()
+        B, R = marginals.positions.shape
+        dev = masked.device
+        row_of = torch.zeros_like(masked, dtype=torch.long).scatter_(1, marginals.positions, torch.arange(R, device=dev).expand(B, R))
+        targets = torch.zeros_like(masked).scatter_(1, marginals.target_positions, marginals.target_valid)  # (B, G)
+        is_target_row = torch.zeros(B, R, dtype=torch.bool, device=dev).scatter_(1, marginals.targets, marginals.target_valid)
+        weights = (marginals.valid & ~is_target_row).to(logits.dtype)
+        return cls(logits, row_of, base, weights, masked.clone(), targets)
+
+    def rows_at(self, positions: torch.Tensor) -> torch.Tensor:
+        """The last complete step's logits at positions (B, n) int64 (masked then) → (B, n, V)."""
+        rows = torch.gather(self.row_of, 1, positions)
+        return torch.gather(self.logits, 1, rows[..., None].expand(-1, -1, self.logits.shape[-1]))
+
+    def complete(self, marginals: Marginals, masked: torch.Tensor) -> Marginals:
+        """Every masked row — the last complete step's, the targets fresh from the incomplete ``marginals``."""
+        positions, valid, rows = MarginalReads.masked().layout(masked, marginals.positions, marginals.valid)
+        logits = self.rows_at(positions)
+        b, k = marginals.valid.nonzero(as_tuple=True)
+        logits[b, rows[b, k]] = marginals.logits[b, k]
+        self.masked = masked.clone()
+        return Marginals(logits, positions, valid, rows, marginals.target_valid, marginals.out)
+
+
 class GlobalSketchScheme(WatermarkScheme):
     """Global sketch watermark for masked DLMs (seed paper Alg. 1 embedding, Alg. 2 detection).
 
@@ -316,7 +418,8 @@ class GlobalSketchScheme(WatermarkScheme):
     Params = GlobalSketchParams
     #: eq. 5 reads every masked row (Σ_{i∈M_t} p_i; with a stop token, cumulative sums over the rows
     #: in canvas order, which the packing keeps); the tilt is applied to the target rows only.
-    reads = MarginalReads.masked()
+    #: Incremental: between refreshes the statistic is updated from the targets (:meth:`_masked_sums`).
+    reads = MarginalReads.masked(incremental=True)
 
     def __init__(self, params: Any, key: Any, vocab_size: int, device="cpu", registry: Any = None,
                  tokenizer_fingerprint: str | None = None):
@@ -347,6 +450,7 @@ class GlobalSketchScheme(WatermarkScheme):
         pi = pi.clamp(min=0.5 / float(prior.sum()) if prior is not None else 0.0, max=1 - 1e-9)  # unseen tokens: ½ count
         self._log1m_pi = torch.log1p(-pi).to(self.device)  # (V,) float64
         self._c_u: torch.Tensor | None = None  # (V,) float64 ⟨u, φ(v)⟩, built on first detection
+        self._running: _RunningSums | None = None  # the statistic over M_t between refreshes (incremental reads)
 
     @classmethod
     def from_context(cls, params: Any, context: BuildContext) -> "GlobalSketchScheme":
@@ -401,6 +505,7 @@ class GlobalSketchScheme(WatermarkScheme):
         """Remember N = gen_length (the canvas; with a stop token the normaliser is the expected
         length of the cut text instead, recomputed at every step)."""
         self._n_total = gen_length
+        self._running = None
 
     def _softmax_into_buffer(self, logits: torch.Tensor) -> torch.Tensor:
         """softmax(logits, -1) written into a buffer reused across steps (no fresh (B, G, V) allocation,
@@ -423,7 +528,9 @@ class GlobalSketchScheme(WatermarkScheme):
 
         With a stop token (:meth:`set_stop_token`) ĥ is the expected sketch of the text cut at
         its first EOS (:meth:`Sketch.expected_weights_stopping`), n̂ its expected normaliser, and
-        a is zero at EOS.
+        a is zero at EOS. With ``presence`` and ``tail_epsilon`` ε > 0 the marginals' tail is
+        linearised (:mod:`sketchwm.marginal_sums`): a is within a relative ε/(1 − ε) of the exact
+        value on every token (:meth:`process_logits` applies the same a).
 
         Args:
             marginals: :class:`Marginals` holding every masked row (``logits`` (B, R, V), not
@@ -436,54 +543,57 @@ class GlobalSketchScheme(WatermarkScheme):
             present for ``presence``); and n̂ (B,) float32, the normaliser (N, E[L], or the expected
             number of distinct kept tokens).
         """
-        factor, rows, op, n_hat = self._tilt_parts(marginals, tokens, masked)
-        if rows is None:  # count without a stop token: the same ⟨r, φ(v)⟩/√N at every row
-            return factor[:, None, :], n_hat
-        if op == "div":  # presence: a_i(v) = E(v) / q_i(v), a fresh tensor (rows may be the step buffer)
-            return torch.div(factor[:, None, :], rows), n_hat
-        return rows * factor[:, None, :], n_hat
+        parts = self._tilt_parts(marginals, tokens, masked)
+        B, K, V = marginals.logits.shape[0], marginals.targets.shape[1], self.vocab_size
+        a = torch.zeros(B, K, V, dtype=torch.float32, device=parts.factor.device)
+        if parts.op == "add" and parts.cols is None:  # the same a at every row
+            a = parts.factor[:, None, :]
+        else:
+            parts.apply(a, torch.ones(B, dtype=torch.float32, device=a.device))
+        return a, parts.n_hat
 
-    def _tilt_parts(
-        self, marginals: Marginals, tokens: torch.Tensor, masked: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, str, torch.Tensor]:
-        """a_{k,t} of :meth:`marginal_gradient` as a per-token factor and a per-row tensor, unmultiplied.
+    def _tilt_parts(self, marginals: Marginals, tokens: torch.Tensor, masked: torch.Tensor) -> "_TiltParts":
+        """a_{k,t} of :meth:`marginal_gradient` as a per-token factor and per-row corrections (:class:`_TiltParts`).
 
-        Returns (factor (B, V) float32, rows, op, n̂ (B,)) with a_i(v) = factor(v) for ``rows`` None
-        (``count`` without a stop token), factor(v)·rows_i(v) for ``op == "mul"`` (stop token: rows
-        = ∂ŵ_v/∂p_i(v), (B, K, V) or (B, K, 1), factor = ∂(½S)/∂ŵ with 0 at EOS), and
-        factor(v)/rows_i(v) for ``op == "div"`` (``presence``). In the last case
+        Without a stop token the column sums come from :func:`sketchwm.marginal_sums.masked_marginal_sums`
+        (one cache-blocked softmax pass; ``presence`` with ε = ``tail_epsilon``):
 
-            factor(v) = 1[v ∉ F_t] · Π_{j∈M_t}(1 − p_j(v)) · ∂(½S)/∂ŵ_v,   rows_i(v) = q_i(v) = 1 − p_i(v),
+        * ``count``: a_i(v) = ∂(½S)/∂ŵ_v, the same at every row (eq. 6; ``op`` add, no columns).
+        * ``presence``: a_i(v) = factor(v)/(1 − p_i(v)) with factor(v) = 1[v ∉ F_t]·Π_{j∈M_t}(1 − p_j(v))·∂(½S)/∂ŵ_v
+          (the module docstring's a_i(v), p capped at 1 − 10⁻⁶). On the tail (p_j(v) < ε at every
+          row) 1/(1 − p_i(v)) is replaced by 1 (``op`` add: the factor at every row) and the exact
+          columns get factor·p/(1 − p) on top, so the relative error of a is at most ε/(1 − ε);
+          dense (ε = 0, or too many columns above ε): ``op`` div with rows q_i = 1 − p_i at the targets.
 
-        so factor/q_i = 1[v ∉ F_t] Π_{j≠i}(1 − p_j(v)) ∂(½S)/∂ŵ_v, the module docstring's a_i(v),
-        with p capped at 1 − 10⁻⁶ exactly as in the expected sketch (so q_i ≥ 10⁻⁶: no division by
-        zero, and the quotient equals the former exp(Σ_j log(1 − p_j) − log(1 − p_i)) to float32
-        rounding; where Π_j(1 − p_j(v)) underflows float32 (< 10⁻³⁸) the quotient is < 10⁻³² |∂S/∂ŵ_v|
-        and comes out 0 instead). q is exp of the log(1 − p) that :meth:`Sketch.expected_weights`
-        leaves in the softmax buffer, taken at the target rows (in place when the rows are the
-        targets): no second softmax or log. ``rows`` may then be that buffer, overwritten at the
-        next step.
+        With a stop token: ``op`` mul, rows = ∂ŵ_v/∂p_i(v) at the targets ((B, K, V) or (B, K, 1)),
+        factor = ∂(½S)/∂ŵ with 0 at EOS (:meth:`Sketch.expected_weights_stopping`, exact).
         """
         N = tokens.shape[1]
         eos = self.stop_token_id
-        probs = self._softmax_into_buffer(marginals.logits)  # (B, R, V), buffer
-        dev = probs.device  # the (B, V) ops below run serially on CPU: a thread-pool wake costs more than they do
+        dev = marginals.logits.device  # the (B, V) ops below run serially on CPU: a thread-pool wake costs more
+        presence = self.sketch.counting == "presence"
+        sums = None
         if eos is not None:
+            if not marginals.complete:  # the cumulative scans need every row: the last complete step's, targets fresh
+                marginals = self._running_state().complete(marginals, masked)
+            else:
+                self._running = _RunningSums.start(marginals, masked)
             # dw only at the targets (one batched product) unless every row is one
+            probs = self._softmax_into_buffer(marginals.logits)  # (B, R, V), buffer
             at = None if marginals.rows_are_targets else marginals.targets
             w_hat, n_hat, dw = self.sketch.expected_weights_stopping(tokens, masked, probs, marginals.positions,
                                                                      marginals.valid, eos, rows=at)
-            frozen = None
         else:
+            stat, sums = self._masked_sums(marginals, masked)
             with serial_on_cpu(dev):
                 frozen = self.sketch.counts(tokens.clamp(0, self.vocab_size - 1), ~masked)  # (B, V)
-            w_hat, n_hat, log_absent = self.sketch.expected_weights(frozen, probs, marginals.valid, N)  # (B, V), (B,)
+            w_hat, n_hat = self.sketch.weights_from_sums(frozen, stat, N)
         with serial_on_cpu(dev):
             root = n_hat.sqrt()[:, None]  # (B, 1)
             h_hat = self.sketch.project(w_hat) / root  # (B, D), eq. 5
             r = self.score_fn.residual(self.u, h_hat)  # (B, D), ½∇_h S at ĥ
             t = self.sketch.token_scores(r)  # (B, V) ⟨r, φ(v)⟩
-            if self.sketch.counting == "count":  # n̂ (N or E[L]) does not depend on the content marginals
+            if not presence:  # n̂ (N or E[L]) does not depend on the content marginals
                 dS_dw = t / root
             else:  # ĥ = Φᵀŵ/√n̂, n̂ = Σ_v keep_v ŵ_v: ∂ĥ/∂ŵ_v = (φ(v) − ½ keep_v ĥ/√n̂)/√n̂
                 half_rh = 0.5 * (r * h_hat).sum(1, keepdim=True) / root  # (B, 1)
@@ -494,15 +604,68 @@ class GlobalSketchScheme(WatermarkScheme):
                     dS_dw = (t - half_rh) / root
             if eos is not None:
                 dS_dw[:, eos] = 0.0  # EOS untilted
-            elif log_absent is not None:  # presence: Π_j(1 − p_j(v)) ∂(½S)/∂ŵ_v, 0 on frozen tokens
-                factor = torch.exp(log_absent).mul_(dS_dw).masked_fill_(frozen > 0, 0.0)  # (B, V)
-        if eos is not None:  # a_i(v) = ∂ŵ_v/∂p_i(v) · ∂(½S)/∂ŵ_v
-            return dS_dw, dw, "mul", n_hat  # (B, K, ·): at the targets, or every row being one
-        if log_absent is None:  # count: ∂ĥ/∂p_i(v) = φ(v)/√N at every masked row
-            return dS_dw, None, "mul", n_hat
-        # presence: ∂ŵ_v/∂p_i(v) = Π_{j≠i}(1 − p_j(v)) = Π_j(1 − p_j(v)) / q_i(v) (0 if v is frozen);
-        # probs holds log(1 − p) of the rows: q = exp of it at the targets
-        return factor, marginals.at_target_rows(probs).exp_(), "div", n_hat
+                return _TiltParts(dS_dw, n_hat, "mul", rows=dw)  # (B, K, ·): at the targets, or every row being one
+            if not presence:  # count: ∂ĥ/∂p_i(v) = φ(v)/√N at every masked row
+                return _TiltParts(dS_dw, n_hat, "add")
+            # presence: Π_j(1 − p_j(v)) ∂(½S)/∂ŵ_v, 0 on frozen tokens
+            factor = torch.exp(stat).mul_(dS_dw).masked_fill_(frozen > 0, 0.0)  # (B, V)
+        if sums.dense:  # q_i = 1 − p_i at the targets, p = softmax of the target rows
+            q = self._softmax_into_buffer(marginals.at_target_rows(marginals.logits))  # (B, K, V), buffer
+            return _TiltParts(factor, n_hat, "div", rows=q.clamp_(max=1 - 1e-6).neg_().add_(1.0))
+        if sums.p_cols is None:  # no exact column: the factor alone at every row
+            return _TiltParts(factor, n_hat, "add", tail_max=sums.tail_max)
+        p_t = marginals.at_target_rows(sums.p_cols).clamp(max=1 - 1e-6)  # (B, K, C) p_i at the exact columns
+        return _TiltParts(factor, n_hat, "add", cols=sums.cols, col_ratio=p_t / (1.0 - p_t), tail_max=sums.tail_max)
+
+    def _masked_sums(self, marginals: Marginals, masked: torch.Tensor) -> tuple[torch.Tensor, "MarginalSums"]:
+        """The statistic over M_t — Σ_{j∈M_t} log(1 − p_j) (``presence``) or Σ_{j∈M_t} p_j (``count``),
+        (B, V) float32 — and the :class:`MarginalSums` of the rows passed (for the tilt's exact columns).
+
+        A complete :class:`Marginals` is summed in full and starts the running state: ``base``, the
+        sum over the masked rows that are not targets. An incomplete one (``MarginalReads.masked(incremental=True)``
+        between refreshes: the targets alone, fresh) gives base + the targets' fresh terms, after
+        moving base to this step's targets with one signed sum over the last complete step's rows
+        of the positions whose role changed (-1: now a target; +1: a target of the last step
+        still masked and not a target now; committed positions were targets of the last step,
+        so they leave by not coming back). O(K·V) per step.
+
+        Raises:
+            InputError: incomplete marginals with no complete step since :meth:`begin`.
+        """
+        eps, presence = self.params.tail_epsilon, self.sketch.counting == "presence"
+
+        def stat_of(logits: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, MarginalSums]:
+            sums = masked_marginal_sums(logits, weights, eps=eps, log_absent=presence)
+            return (sums.log_absent if presence else sums.mass), sums
+
+        stat, sums = stat_of(marginals.logits, marginals.valid)
+        if marginals.complete:
+            targets_now = stat_of(marginals.at_target_rows(marginals.logits), marginals.target_valid)[0]
+            self._running = _RunningSums.start(marginals, masked, base=stat - targets_now)
+            return stat, sums
+        run = self._running_state()
+        if run.base is None:  # started on a step without a tilt: the base of that complete step now
+            run.base = stat_of(run.logits, run.base_weights)[0]
+        is_target = torch.zeros_like(masked).scatter_(1, marginals.target_positions, marginals.target_valid)  # (B, G)
+        leave, enter = is_target & ~run.targets, run.targets & masked & ~is_target  # (B, G)
+        moved = leave | enter
+        if bool(moved.any()):
+            pos, val = packed_masked_positions(moved)
+            sign = torch.where(torch.gather(enter, 1, pos), 1.0, -1.0) * val  # (B, n): 0 on padding
+            run.base.add_(stat_of(run.rows_at(pos), sign)[0])
+        run.targets, run.masked = is_target, masked.clone()
+        return run.base + stat, sums
+
+    def _running_state(self) -> "_RunningSums":
+        """The running statistic of this generation (:meth:`_masked_sums`).
+
+        Raises:
+            InputError: no complete step since :meth:`begin`.
+        """
+        if self._running is None:
+            raise InputError("incomplete marginals (the targets alone) before any complete step of this generation: "
+                             "the first step after begin() must pass every masked row")
+        return self._running
 
     def token_gradient(self, logits: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
         """:meth:`marginal_gradient` on a full canvas, logits (B, G, V) → a (B, 1, V) or (B, G, V)
@@ -519,34 +682,32 @@ class GlobalSketchScheme(WatermarkScheme):
         kept exactly, p̃_i(e) = p_i(e), and the other tokens are tilted among themselves,
         p̃_i(v) = (1 − p_i(e))·p_i(v)e^{η a(v)} / Σ_{z≠e} p_i(z)e^{η a(z)}, so the watermark does
         not move the model's decision to stop at this step. Tilts ``step.marginals.target_logits()``
-        in place.
+        in place (with ``Marginals.out``, writes logits + η_t a there in one pass).
         """
         b0, b1 = step.block
         n_blocks = max(1, step.tokens.shape[1] // max(1, b1 - b0))
         s = self.params.delta * self.schedule_weight(self.denoising_time(step), step.total_steps // n_blocks)  # (B,)
-        if not bool((s > 0).any()):
+        if not bool((s > 0).any()):  # no tilt; the running statistic still follows the steps (incremental reads)
+            if step.marginals.complete:
+                self._running = _RunningSums.start(step.marginals, step.masked)
+            elif self.stop_token_id is None:
+                self._masked_sums(step.marginals, step.masked)
             return step.marginals.target_logits()
-        factor, rows, op, n_hat = self._tilt_parts(step.marginals, step.tokens, step.masked)
-        with serial_on_cpu(factor.device):
-            factor = (factor * (s * n_hat.sqrt())[:, None])[:, None, :]  # (B, 1, V) η_t·factor
+        parts = self._tilt_parts(step.marginals, step.tokens, step.masked)
+        with serial_on_cpu(parts.factor.device):
+            eta = s * parts.n_hat.sqrt()  # (B,) η_t
         eos = self.stop_token_id
-        logits = step.marginals.target_logits()  # (B, K, V), after _tilt_parts read the rows
-
-        def tilt() -> None:  # logits += η_t a, fused: one pass over (B, K, V)
-            if rows is None:
-                logits.add_(factor)
-            elif op == "div":
-                logits.addcdiv_(factor, rows)
-            else:
-                logits.addcmul_(rows, factor)
-
+        marginals = step.marginals
+        if eos is None and marginals.out is not None and marginals.rows_are_targets:  # copy and tilt in one pass
+            return parts.apply(marginals.out, eta, src=marginals.logits)
+        logits = marginals.target_logits()  # (B, K, V), after _tilt_parts read the rows
         if eos is None:
-            tilt()
+            parts.apply(logits, eta)
             return logits  # (B, K, V)
         eos_logit = logits[..., eos].clone()  # (B, K)
         logits[..., eos] = float("-inf")
         lse_before = torch.logsumexp(logits, -1)  # (B, K) log Σ_{z≠e} exp(logit z)
-        tilt()
+        parts.apply(logits, eta)
         shift = torch.logsumexp(logits, -1) - lse_before  # log of the content tilt's normaliser
         logits[..., eos] = eos_logit + torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
         return logits
