@@ -1001,8 +1001,12 @@ class Marginals:
             the hooks may tilt ``logits`` itself.
         complete: True when the rows are every row the scheme declared. False only for
             ``MarginalReads.masked(incremental=True)`` between refreshes: the rows are then the
-            targets alone (rows = targets, positions = their positions), and every other masked
-            row keeps the marginals it had at the last complete step.
+            targets alone (rows = targets, positions = their positions) or, at a partial
+            refresh, the targets and more masked rows, all fresh; every other masked row keeps
+            the marginals the scheme last saw for it. A scheme with incremental reads may keep
+            ``logits`` of a complete step and overwrite its rows at later steps of the same
+            generation when ``out`` is None (the engine never reuses them); callers that pass
+            ``out`` keep their ``logits`` intact.
 
     Raises:
         ValueError: shapes that disagree.

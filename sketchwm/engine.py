@@ -58,14 +58,19 @@ class SamplerConfig(StrictModel):
         stop_at_eos: cut each text at the first EOS token.
         marginal_refresh: how often the LM head runs on every masked row for a scheme that reads
             them all (``MarginalReads.masked()``, the global sketch's Σ_{i∈M_t} of eq. 5). ``1``:
-            at every step (the exact computation). ``r`` > 1: every r-th step; ``block``: at the
-            first step of each block. In between only the K sampled rows are computed fresh and the
-            other masked rows keep their marginals from the last refresh (masked rows are never
-            re-masked, so they are a subset of the refreshed ones): schemes whose reads are
-            ``incremental`` then get the target rows alone and update a running statistic
-            (:class:`IncrementalMarginals`, O(K·V) per step); others get the cached rows gathered
-            (:class:`RefreshedMarginals`, random remasking only). ``auto`` (default): ``block``
-            for incremental schemes, 1 for the others. The effect on the tilt and on detection z
+            at every step (the exact computation). ``r`` > 1: every masked row every r-th step.
+            ``block``: every masked row at the first step, then at the first step of each later
+            block the rows of that block (about to be denoised; the later blocks' rows keep theirs).
+            ``once``: every masked row at the first step only.
+            In between only the K sampled rows are computed fresh and the other masked rows keep
+            their last marginals (masked rows are never re-masked, so they are a subset of the
+            refreshed ones): schemes whose reads are ``incremental`` then get the fresh rows alone
+            and update a running statistic (:class:`IncrementalMarginals`, O(K·V) per step);
+            others get the cached rows gathered (:class:`RefreshedMarginals`, random remasking
+            only, every masked row at each refresh). ``auto`` (default): ``once`` for incremental
+            schemes, 1 for the others (on the default model ``once`` costs 1.1-1.2× the
+            unwatermarked sampler and moves the mean detection z by less than its standard error;
+            ``block`` and exact cost more: README, "Speed"). The effect on the tilt and on detection z
             is measured by ``benchmarks/perf_generate.py`` (README, "Speed").
     """
 
@@ -76,7 +81,7 @@ class SamplerConfig(StrictModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     remasking: Literal["low_confidence", "random", "entropy"] = "random"
     stop_at_eos: bool = True
-    marginal_refresh: int | Literal["auto", "block"] = "auto"
+    marginal_refresh: int | Literal["auto", "block", "once"] = "auto"
 
     @model_validator(mode="after")
     def _check(self) -> "SamplerConfig":
@@ -88,7 +93,7 @@ class SamplerConfig(StrictModel):
         if self.steps > self.gen_length:
             raise ValueError(f"steps ({self.steps}) must be <= gen_length ({self.gen_length})")
         if isinstance(self.marginal_refresh, int) and self.marginal_refresh < 1:
-            raise ValueError(f"marginal_refresh must be >= 1, 'block' or 'auto', got {self.marginal_refresh}")
+            raise ValueError(f"marginal_refresh must be >= 1, 'block', 'once' or 'auto', got {self.marginal_refresh}")
         return self
 
 
@@ -228,11 +233,13 @@ class MarginalSource:
         """Forget per-generation state (called before each batch)."""
 
     def marginals(self, canvas: Canvas, reads: MarginalReads, targets: torch.Tensor, target_valid: torch.Tensor,
-                  step: int, refresh: bool = True) -> Marginals:
+                  step: int, refresh: "bool | torch.Tensor" = True) -> Marginals:
         """The :class:`Marginals` of ``reads`` for the targets (B, K) int64 / (B, K) bool at this step.
 
         ``refresh``: whether the sampler's ``marginal_refresh`` schedule is due at this step (the
-        amortised strategies compute every declared row only then; this one always does).
+        amortised strategies compute every declared row only then; this one always does): True,
+        False, or a (B, G) bool mask of the positions to refresh (a partial refresh; strategies
+        without one refresh every row).
 
         Raises:
             InputError: NaN or inf logits from the backend on a valid row.
@@ -274,20 +281,28 @@ class FullCanvasMarginals(MarginalSource):
 
 class IncrementalMarginals(MarginalSource):
     """Amortised strategy for ``MarginalReads.masked(incremental=True)`` (``SamplerConfig.marginal_refresh``
-    other than 1): at a refresh step the LM head runs on every masked row (a complete
-    :class:`Marginals`); in between on the K targets only, passed alone with ``complete`` False —
-    the scheme updates its running statistic from them (O(K·V) per step instead of O(M·V)).
-    Other declarations are computed exactly.
+    other than 1): at a full refresh the LM head runs on every masked row (a complete
+    :class:`Marginals`); at a partial refresh (``refresh`` a (B, G) mask: the block about to be
+    denoised) on the masked rows of the mask and the targets; in between on the K targets only.
+    The last two are passed with ``complete`` False and the scheme updates its running statistic
+    from them (O(K·V) per step instead of O(M·V)). Other declarations are computed exactly.
     """
 
     def marginals(self, canvas: Canvas, reads: MarginalReads, targets: torch.Tensor, target_valid: torch.Tensor,
-                  step: int, refresh: bool = True) -> Marginals:
-        """See :meth:`MarginalSource.marginals`; the targets alone between refreshes."""
-        if refresh or not reads.incremental:
+                  step: int, refresh: "bool | torch.Tensor" = True) -> Marginals:
+        """See :meth:`MarginalSource.marginals`; the targets (and the rows of a partial refresh) otherwise."""
+        if (isinstance(refresh, bool) and refresh) or not reads.incremental:
             return super().marginals(canvas, reads, targets, target_valid, step)
-        rows = torch.arange(targets.shape[1], device=targets.device).expand_as(targets)
-        return Marginals(self.fetch(canvas, targets, target_valid, step), targets, target_valid, rows, target_valid,
-                         complete=False)
+        if isinstance(refresh, bool):  # the targets alone
+            rows = torch.arange(targets.shape[1], device=targets.device).expand_as(targets)
+            return Marginals(self.fetch(canvas, targets, target_valid, step), targets, target_valid, rows, target_valid,
+                             complete=False)
+        chosen = torch.zeros_like(canvas.masked).scatter_(1, targets, target_valid)
+        positions, valid = packed_masked_positions(canvas.masked & (refresh | chosen))
+        row_of = torch.zeros_like(canvas.tokens).scatter_(
+            1, positions, torch.arange(positions.shape[1], device=positions.device).expand_as(positions))
+        return Marginals(self.fetch(canvas, positions, valid, step), positions, valid, torch.gather(row_of, 1, targets),
+                         target_valid, complete=False)
 
 
 class RefreshedMarginals(MarginalSource):
@@ -311,9 +326,9 @@ class RefreshedMarginals(MarginalSource):
         self.cache = None
 
     def marginals(self, canvas: Canvas, reads: MarginalReads, targets: torch.Tensor, target_valid: torch.Tensor,
-                  step: int, refresh: bool = True) -> Marginals:
-        """See :meth:`MarginalSource.marginals`; cached rows between refreshes."""
-        if reads.kind != "masked" or self.cache is None or refresh:
+                  step: int, refresh: "bool | torch.Tensor" = True) -> Marginals:
+        """See :meth:`MarginalSource.marginals`; cached rows between refreshes (a partial refresh refreshes all)."""
+        if reads.kind != "masked" or self.cache is None or not (isinstance(refresh, bool) and not refresh):
             m = super().marginals(canvas, reads, targets, target_valid, step)
             if reads.kind == "masked":  # hooks may tilt target_logits() in place: never let it alias the cache
                 row_of = torch.zeros_like(canvas.tokens).scatter_(
@@ -448,7 +463,7 @@ class MaskedDiffusionSampler:
         self.reads = scheme.reads if scheme is not None else MarginalReads.sampled()
         refresh = cfg.marginal_refresh
         #: the refresh schedule in force: 1 (every step, exact), r, or "block"
-        self.refresh = ("block" if self.reads.incremental else 1) if refresh == "auto" else refresh
+        self.refresh = ("once" if self.reads.incremental else 1) if refresh == "auto" else refresh
         if marginal_source is not None:
             self.source = marginal_source(backend, banned)
         elif self.refresh == 1 or self.reads.kind != "masked":
@@ -543,7 +558,7 @@ class MaskedDiffusionSampler:
                 k = schedule[:, s]  # (B,)
                 targets, valid = self.remasking.candidates(canvas.masked & in_block, k, generator)  # (B, K)
                 if targets.shape[1]:
-                    refresh = s == 0 if self.refresh == "block" else step % self.refresh == 0
+                    refresh = self._refresh_due(step, s, in_block)
                     marginals = self.source.marginals(canvas, self.reads, targets, valid, step, refresh)
                     state = DenoiseStep(step, cfg.steps, canvas.tokens, canvas.masked, marginals, canvas.prompt_ids,
                                         canvas.prompt_mask, block, canvas.mask_token_id, generator)
@@ -556,6 +571,16 @@ class MaskedDiffusionSampler:
         if bar is not None:
             bar.close()
         return self._output(canvas, prompt_texts)
+
+    def _refresh_due(self, step: int, block_step: int, in_block: torch.Tensor) -> "bool | torch.Tensor":
+        """What the ``marginal_refresh`` schedule refreshes at this step: True (every masked row), False
+        (none), or for ``block`` at the first step of a later block the block's positions (1, G) bool;
+        ``once``: True at the first step only."""
+        if self.refresh in ("block", "once"):
+            if step == 0:
+                return True
+            return in_block[None, :] if block_step == 0 and self.refresh == "block" else False
+        return step % self.refresh == 0
 
     def _scheme_hooks(self, state: DenoiseStep) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The scheme's tilt of the target rows (B, K, V) float32 and its keyed uniforms (B, K, V) or None

@@ -52,8 +52,9 @@ class MarginalSums:
         p_cols: (B, R, C) float32, p_i(v) at ``cols`` (every row, valid or not); None with ``dense``
             or when no column is exact (C = 0).
         lse: (B, R) float32, log Σ_v exp(logit_i(v)) of each row (zeros when ``dense``).
-        tail_max: float, the largest p_i(v) outside ``cols`` over all rows (the ε actually achieved:
-            the linearisation errors above hold with ε = ``tail_max``); 0.0 with ``dense``.
+        tail_max: float or 0-dim float32 tensor (not synchronised until read), the largest p_i(v)
+            outside ``cols`` over all rows (the ε actually achieved: the linearisation errors above
+            hold with ε = ``tail_max``); 0.0 with ``dense``.
         dense: True when every column is exact (ε = 0 or too many columns above ε).
     """
 
@@ -62,7 +63,7 @@ class MarginalSums:
     cols: torch.Tensor
     p_cols: torch.Tensor | None
     lse: torch.Tensor
-    tail_max: float
+    tail_max: "float | torch.Tensor"
     dense: bool
 
 
@@ -133,8 +134,7 @@ def masked_marginal_sums(logits: torch.Tensor, valid: torch.Tensor, eps: float =
                 p_cols = (torch.index_select(logits, 2, cols) - lse[..., None]).exp_()  # (B, R, C)
                 exact = p_cols.clamp(max=1 - P_CAP_GAP).neg_().log1p_().add_(p_cols)  # log(1 − p) + p
                 out.index_add_(1, cols, torch.bmm(row_w[:, None, :], exact)[:, 0])
-            tail = float(col_max.index_fill_(0, cols, 0.0).max()) if V else 0.0
-            return MarginalSums(mass, out, cols, p_cols, lse, tail, False)
+            return MarginalSums(mass, out, cols, p_cols, lse, col_max.index_fill_(0, cols, 0.0).max(), False)
     # dense exact: log(1 − p) of every entry (the chunks again, into the reused buffer)
     out = torch.zeros(B, V, dtype=dt, device=dev)
     for a in range(0, B * R, step):

@@ -67,39 +67,45 @@ def test_incremental_running_sum_equals_the_gathered_recomputation(tiny, builtin
     assert torch.equal(a.ids, b.ids)
 
 
-def test_incremental_step_matches_the_complete_step_on_the_same_rows(builtin_registry):
-    """One incremental step against the complete marginals it stands for: same tilt of the targets."""
+def test_incremental_steps_match_the_complete_steps_on_the_same_rows(builtin_registry):
+    """Incremental steps against the complete marginals they stand for (the held rows, fresh ones
+    replacing them): targets alone, a partial refresh with extra fresh rows (held from then on),
+    then targets alone again — the same tilt of the targets at every step (exact tail, ε = 0)."""
     from sketchwm.components import DenoiseStep, Marginals
 
     B, G, V = 2, 12, 400
-    key = WatermarkKey(b"j" * 32)
-    sch = builtin_registry.create("scheme", "global-sketch", {"prior": {"source": "uniform"}, "tail_epsilon": 0.0},
-                                  key, V, registry=builtin_registry)
+    key, params = WatermarkKey(b"j" * 32), {"prior": {"source": "uniform"}, "tail_epsilon": 0.0}
+    sch = builtin_registry.create("scheme", "global-sketch", params, key, V, registry=builtin_registry)
+    ref = builtin_registry.create("scheme", "global-sketch", params, key, V, registry=builtin_registry)
     g = torch.Generator().manual_seed(0)
-    logits0 = torch.randn(B, G, V, generator=g) * 3
-    masked0 = torch.ones(B, G, dtype=torch.bool)
-    tokens0 = torch.zeros(B, G, dtype=torch.long)
+    held = torch.randn(B, G, V, generator=g) * 3  # what the complete reference passes for every row
+    masked = torch.ones(B, G, dtype=torch.bool)
+    tokens = torch.zeros(B, G, dtype=torch.long)
     pm, pk = torch.zeros(B, 1, dtype=torch.long), torch.ones(B, 1, dtype=torch.bool)
-    sch.begin(B, G, pm, pk)
-    first = Marginals(logits0, torch.arange(G).expand(B, G), masked0, torch.tensor([[0], [5]]), torch.ones(B, 1, dtype=torch.bool))
-    sch.process_logits(DenoiseStep(0, 6, tokens0, masked0, first, pm, pk, (0, G), 0))
-    # commit positions 0 / 5, then tilt targets 3 / 7 with fresh logits
-    masked1 = masked0.clone()
-    masked1[0, 0] = masked1[1, 5] = False
-    tokens1 = tokens0.clone()
-    tokens1[0, 0], tokens1[1, 5] = 11, 12
-    fresh = torch.randn(B, 1, V, generator=g) * 3
-    targets = torch.tensor([[3], [7]])
-    inc = Marginals(fresh.clone(), targets, torch.ones(B, 1, dtype=torch.bool), torch.zeros(B, 1, dtype=torch.long),
-                    torch.ones(B, 1, dtype=torch.bool), complete=False)
-    got = sch.process_logits(DenoiseStep(1, 6, tokens1, masked1, inc, pm, pk, (0, G), 0))
-    full_logits = logits0.clone()
-    full_logits[0, 3], full_logits[1, 7] = fresh[0, 0], fresh[1, 0]
-    ref = sch.process_logits(DenoiseStep(1, 6, tokens1, masked1, Marginals(full_logits, torch.arange(G).expand(B, G), masked1,
-                                                                             targets, torch.ones(B, 1, dtype=torch.bool)),
-                                         pm, pk, (0, G), 0))
-    assert float((ref - fresh).abs().max()) > 0.05
-    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+    one = torch.ones(B, 1, dtype=torch.bool)
+    for x in (sch, ref):
+        x.begin(B, G, pm, pk)
+    full = torch.arange(G).expand(B, G)
+    first = Marginals(held.clone(), full, masked, torch.tensor([[0], [5]]), one)
+    sch.process_logits(DenoiseStep(0, 6, tokens, masked, first, pm, pk, (0, G), 0))
+    committed = torch.tensor([[0], [5]])
+    # (targets, extra fresh rows of a partial refresh or None)
+    plan = [(torch.tensor([[3], [7]]), None), (torch.tensor([[4], [1]]), torch.tensor([[6, 8], [9, 10]])),
+            (torch.tensor([[6], [9]]), None)]
+    for t, (targets, extra) in enumerate(plan, start=1):
+        masked = masked.clone().scatter_(1, committed, False)
+        tokens = tokens.clone().scatter_(1, committed, 10 + t)
+        pos = targets if extra is None else torch.sort(torch.cat([targets, extra], 1), 1).values
+        fresh = torch.randn(B, pos.shape[1], V, generator=g) * 3
+        held.scatter_(1, pos[..., None].expand(-1, -1, V), fresh)  # fresh rows are held from now on
+        rows = (pos[:, :, None] == targets[:, None, :]).float().argmax(1)  # the row of each target
+        inc = Marginals(fresh.clone(), pos, torch.ones_like(pos, dtype=torch.bool), rows, one, complete=False)
+        got = sch.process_logits(DenoiseStep(t, 6, tokens, masked, inc, pm, pk, (0, G), 0))
+        want = ref.process_logits(DenoiseStep(t, 6, tokens, masked, Marginals(held.clone(), full, masked, targets, one),
+                                              pm, pk, (0, G), 0))
+        assert float((want - torch.gather(fresh, 1, rows[..., None].expand(-1, -1, V))).abs().max()) > 0.05  # a real tilt
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+        committed = targets
 
 
 def test_incomplete_marginals_need_a_complete_step_first(builtin_registry):

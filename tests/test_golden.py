@@ -38,8 +38,9 @@ BASE = {"gen_length": 32, "block_length": 32, "steps": 16, "temperature": 1.0, "
 PATHS: dict[str, dict] = {
     "random": {},
     "random-refresh2": {"marginal_refresh": 2},
-    # the amortised default of incremental schemes: every masked row at the first step of each block
+    # amortised: every masked row at the first step, then each block's rows when it starts / then none
     "random-blocks-refresh-block": {"block_length": 8, "marginal_refresh": "block"},
+    "random-blocks-refresh-auto": {"block_length": 8, "marginal_refresh": "auto"},  # the default: "once" here
     "random-blocks": {"block_length": 8},
     "low-confidence-blocks": {"remasking": "low_confidence", "block_length": 16},
     "entropy-top-p": {"remasking": "entropy", "top_p": 0.9},

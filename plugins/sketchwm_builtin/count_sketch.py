@@ -13,6 +13,7 @@ per within-bucket rank; no loop over tokens).
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Literal
 
 import torch
@@ -189,6 +190,7 @@ class CountSketch(Sketch):
         self.flat_index = self.flat_index.to(self.device)
         self.keep = self.keep.to(self.device)
         self.__dict__.pop("_idx_cache", None)
+        self.__dict__.pop("_phi_cache", None)
         return self
 
     @property
@@ -217,14 +219,30 @@ class CountSketch(Sketch):
             cache[B] = (self.flat_index[None] + offsets).reshape(-1)
         return cache[B]
 
+    def _phi(self, transpose: bool) -> torch.Tensor:
+        """Φ as a sparse CSR matrix, (V, D) or its transpose (D, V) float32 with d signed entries per token
+        (cached per device): the projections below are one sparse × dense product each."""
+        cache = self.__dict__.setdefault("_phi_cache", {})
+        key = (transpose, self.device)
+        if key not in cache:
+            d, V = self.params.d, self.vocab_size
+            tok = torch.arange(V, device=self.device).repeat(d)  # (d·V,) token of each entry
+            coord = self.flat_index.reshape(-1)  # (d·V,) its coordinate r·w + h_r(v)
+            idx = torch.stack([coord, tok]) if transpose else torch.stack([tok, coord])
+            shape = (self.dim, V) if transpose else (V, self.dim)
+            with warnings.catch_warnings():  # "sparse CSR support is in beta": used for plain products only
+                warnings.simplefilter("ignore", UserWarning)
+                cache[key] = torch.sparse_coo_tensor(idx, self.signs.reshape(-1), shape).coalesce().to_sparse_csr()
+        return cache[key]
+
     def project(self, weights: torch.Tensor) -> torch.Tensor:
-        """Φᵀ weights: (B, V) → (B, D) float32, i.e. Σ_v weights_v φ(v) (one scatter-add of B·d·V entries)."""
+        """Φᵀ weights: (B, V) → (B, D) float32, i.e. Σ_v weights_v φ(v) (one sparse (D, V) × dense (V, B) product)."""
         weights = weights.to(self.device, torch.float32)
-        B, D = weights.shape[0], self.dim
-        vals = weights[:, None, :] * self.signs[None, :, :]  # (B, d, V)
-        idx = self._batched_index(B)  # (B·d·V,)
-        out = torch.zeros(B * D, dtype=torch.float32, device=self.device)
-        return out.scatter_add_(0, idx, vals.reshape(-1)).view(B, D)
+        if weights.requires_grad:  # autograd (tests): the dense scatter-add form
+            vals = weights[:, None, :] * self.signs[None, :, :]  # (B, d, V)
+            out = torch.zeros(weights.shape[0] * self.dim, dtype=torch.float32, device=self.device)
+            return out.scatter_add(0, self._batched_index(weights.shape[0]), vals.reshape(-1)).view(-1, self.dim)
+        return (self._phi(True) @ weights.T).T.contiguous()
 
     def project_sparse(self, tok: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """Φᵀx from (tok, x) of :meth:`sparse_weights`, both (B, N) → (B, D) float32, one scatter-add of
@@ -245,9 +263,10 @@ class CountSketch(Sketch):
     def token_scores(self, r: torch.Tensor) -> torch.Tensor:
         """Φ r: (B, D) → (B, V) float32, ⟨r, φ(v)⟩ = Σ_r σ_r(v) r[r, h_r(v)]."""
         r = r.to(self.device, torch.float32)
-        d = self.params.d
-        picked = torch.index_select(r, 1, self.flat_index.reshape(-1)).view(r.shape[0], d, self.vocab_size)  # (B, d, V)
-        return (picked * self.signs[None]).sum(1)  # (B, V)
+        if r.requires_grad:  # autograd (tests): the dense gather form
+            picked = torch.index_select(r, 1, self.flat_index.reshape(-1)).view(r.shape[0], self.params.d, self.vocab_size)
+            return (picked * self.signs[None]).sum(1)  # (B, V)
+        return (self._phi(False) @ r.T).T.contiguous()  # one sparse (V, D) × dense (D, B) product
 
 
 @hookimpl

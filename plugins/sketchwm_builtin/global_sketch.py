@@ -359,6 +359,7 @@ class _RunningSums:
         base_weights: (B, R0) float32, 1 on the rows of the complete step that were masked and not
             targets (what ``base`` sums when computed late).
         masked: (B, G) bool, M_t at the last step; targets: (B, G) bool, its (valid) targets.
+        owned: whether ``logits`` is a copy this object may write (rows renewed by a partial refresh).
     """
 
     logits: torch.Tensor
@@ -367,12 +368,13 @@ class _RunningSums:
     base_weights: torch.Tensor
     masked: torch.Tensor
     targets: torch.Tensor
+    owned: bool = False
 
     @classmethod
     def start(cls, marginals: Marginals, masked: torch.Tensor, base: torch.Tensor | None = None) -> "_RunningSums":
         """From a complete step: its rows (copied when the hooks may tilt them in place), M_t (B, G)
         bool and, if computed, the statistic over its non-target masked rows (B, V)."""
-        logits = marginals.logits
+        logits, owned = marginals.logits, marginals.out is None  # the engine's rows: ours after the step (Marginals doc)
         if marginals.rows_are_targets and marginals.out is None:  # target_logits() is this tensor: keep a copy
             logits = logits.clone()
         B, R = marginals.positions.shape
@@ -381,7 +383,14 @@ class _RunningSums:
         targets = torch.zeros_like(masked).scatter_(1, marginals.target_positions, marginals.target_valid)  # (B, G)
         is_target_row = torch.zeros(B, R, dtype=torch.bool, device=dev).scatter_(1, marginals.targets, marginals.target_valid)
         weights = (marginals.valid & ~is_target_row).to(logits.dtype)
-        return cls(logits, row_of, base, weights, masked.clone(), targets)
+        return cls(logits, row_of, base, weights, masked.clone(), targets, owned)
+
+    def replace(self, marginals: Marginals, rows: torch.Tensor) -> None:
+        """Hold the fresh ``marginals.logits`` rows where ``rows`` (B, R) bool is True from now on."""
+        if not self.owned:  # the complete step's tensor belongs to a caller that passed ``out``: copy before writing
+            self.logits, self.owned = self.logits.clone(), True
+        b, r = rows.nonzero(as_tuple=True)
+        self.logits[b, self.row_of[b, marginals.positions[b, r]]] = marginals.logits[b, r]
 
     def rows_at(self, positions: torch.Tensor) -> torch.Tensor:
         """The last complete step's logits at positions (B, n) int64 (masked then) → (B, n, V)."""
@@ -389,11 +398,17 @@ class _RunningSums:
         return torch.gather(self.logits, 1, rows[..., None].expand(-1, -1, self.logits.shape[-1]))
 
     def complete(self, marginals: Marginals, masked: torch.Tensor) -> Marginals:
-        """Every masked row — the last complete step's, the targets fresh from the incomplete ``marginals``."""
-        positions, valid, rows = MarginalReads.masked().layout(masked, marginals.positions, marginals.valid)
+        """Every masked row: the held ones, with the fresh rows of the incomplete ``marginals`` (the
+        targets, and the rows of a partial refresh, which are held from now on)."""
+        target_row = torch.zeros_like(marginals.valid).scatter_(1, marginals.targets, marginals.target_valid)
+        if bool((marginals.valid & ~target_row).any()):
+            self.replace(marginals, marginals.valid & ~target_row)
+        positions, valid, rows = MarginalReads.masked().layout(masked, marginals.target_positions, marginals.target_valid)
         logits = self.rows_at(positions)
-        b, k = marginals.valid.nonzero(as_tuple=True)
-        logits[b, rows[b, k]] = marginals.logits[b, k]
+        row_of = torch.zeros_like(masked, dtype=torch.long).scatter_(
+            1, positions, torch.arange(positions.shape[1], device=masked.device).expand_as(positions))
+        b, r = marginals.valid.nonzero(as_tuple=True)
+        logits[b, row_of[b, marginals.positions[b, r]]] = marginals.logits[b, r]
         self.masked = masked.clone()
         return Marginals(logits, positions, valid, rows, marginals.target_valid, marginals.out)
 
@@ -622,12 +637,13 @@ class GlobalSketchScheme(WatermarkScheme):
         (B, V) float32 — and the :class:`MarginalSums` of the rows passed (for the tilt's exact columns).
 
         A complete :class:`Marginals` is summed in full and starts the running state: ``base``, the
-        sum over the masked rows that are not targets. An incomplete one (``MarginalReads.masked(incremental=True)``
-        between refreshes: the targets alone, fresh) gives base + the targets' fresh terms, after
-        moving base to this step's targets with one signed sum over the last complete step's rows
-        of the positions whose role changed (-1: now a target; +1: a target of the last step
-        still masked and not a target now; committed positions were targets of the last step,
-        so they leave by not coming back). O(K·V) per step.
+        sum over the masked rows that are not targets, from the rows it holds. An incomplete one
+        (``MarginalReads.masked(incremental=True)`` between refreshes: the targets and, at a
+        partial refresh, more rows, all fresh) gives base + the targets' fresh terms after moving
+        base to this step: one signed sum over the held rows of the positions whose role changed
+        (-1: now a target, or given fresh; +1: a target of the last step still masked and not a
+        target now; committed positions were targets of the last step, so they leave by not
+        coming back), plus the fresh non-target rows, which replace the held ones. O(K·V) per step.
 
         Raises:
             InputError: incomplete marginals with no complete step since :meth:`begin`.
@@ -638,21 +654,30 @@ class GlobalSketchScheme(WatermarkScheme):
             sums = masked_marginal_sums(logits, weights, eps=eps, log_absent=presence)
             return (sums.log_absent if presence else sums.mass), sums
 
-        stat, sums = stat_of(marginals.logits, marginals.valid)
+        target_row = torch.zeros_like(marginals.valid).scatter_(1, marginals.targets, marginals.target_valid)  # (B, R)
         if marginals.complete:
+            stat, sums = stat_of(marginals.logits, marginals.valid)
             targets_now = stat_of(marginals.at_target_rows(marginals.logits), marginals.target_valid)[0]
             self._running = _RunningSums.start(marginals, masked, base=stat - targets_now)
             return stat, sums
         run = self._running_state()
         if run.base is None:  # started on a step without a tilt: the base of that complete step now
             run.base = stat_of(run.logits, run.base_weights)[0]
+        stat, sums = stat_of(marginals.logits, marginals.valid & target_row)  # the targets' fresh terms
         is_target = torch.zeros_like(masked).scatter_(1, marginals.target_positions, marginals.target_valid)  # (B, G)
-        leave, enter = is_target & ~run.targets, run.targets & masked & ~is_target  # (B, G)
-        moved = leave | enter
-        if bool(moved.any()):
-            pos, val = packed_masked_positions(moved)
+        partial = not marginals.rows_are_targets  # more fresh rows than the targets: a partial refresh
+        renew_row = marginals.valid & ~target_row  # (B, R) fresh rows that are not targets: they replace the held ones
+        enter = run.targets & masked & ~is_target
+        moved = enter | (is_target & ~run.targets)  # the held rows leaving (-1) or entering (+1) base
+        if partial:
+            moved |= torch.zeros_like(masked).scatter_(1, marginals.positions, renew_row)
+        pos, val = packed_masked_positions(moved)
+        if pos.shape[1]:
             sign = torch.where(torch.gather(enter, 1, pos), 1.0, -1.0) * val  # (B, n): 0 on padding
             run.base.add_(stat_of(run.rows_at(pos), sign)[0])
+        if partial:
+            run.base.add_(stat_of(marginals.logits, renew_row)[0])
+            run.replace(marginals, renew_row)
         run.targets, run.masked = is_target, masked.clone()
         return run.base + stat, sums
 
