@@ -10,8 +10,8 @@ in one cache-blocked pass over the logits and one small gather:
 1. **Cache-blocked softmax and column sums.** The rows are processed in chunks of about
    ``chunk_elements`` entries (4 MiB, so a chunk's softmax stays in the CPU cache while it is
    summed): per chunk, a softmax into a reused buffer, an ``addmm`` into the (B, V) column sums,
-   the per-row log-normaliser (lse) and the running column maximum max_i p_i(v). On CUDA the
-   whole tensor is one chunk.
+   the per-row log-normaliser (lse) and the running column maximum max_i p_i(v). On CUDA, and for
+   inputs of at most 4 chunks (the sampled rows of one step), the whole tensor is one block.
 2. **Exact where it matters, linear in the tail** (``eps`` = ε > 0, presence only). For a token
    whose probability is below ε at every row, log(1 − p) = −p − c(p) with
    0 ≤ c(p) ≤ p²/(2(1 − p)), so using −p costs at most ε/(2(1 − ε)) of the column's own
@@ -102,26 +102,32 @@ def masked_marginal_sums(logits: torch.Tensor, valid: torch.Tensor, eps: float =
     B, R, V = logits.shape
     dev, dt = logits.device, logits.dtype
     flat = logits.reshape(B * R, V)
-    # row weights: (B, B·R), weight[b, b·R + i] = valid[b, i], so column sums of text b are one addmm per chunk
-    weight = torch.zeros(B, B * R, dtype=dt, device=dev)
     row_w = valid.to(dt)  # (B, R)
-    weight.view(B, B, R).diagonal(dim1=0, dim2=1).copy_(row_w.T)
-    mass = torch.zeros(B, V, dtype=dt, device=dev)
     need_max = log_absent and eps > 0
     step = _chunk_rows(B * R, V, dev, chunk_elements)
-    if need_max:  # per row: max logit and max p (lse = max logit − log max p); per column: max p
-        x_max, p_max = torch.empty(B * R, dtype=dt, device=dev), torch.empty(B * R, dtype=dt, device=dev)
-        col_max, chunk_max = torch.zeros(V, dtype=dt, device=dev), torch.empty(V, dtype=dt, device=dev)
-    buf = torch.empty(step, V, dtype=dt, device=dev)
-    for a in range(0, B * R, step):  # cache blocks of rows (not tokens)
-        x = flat[a:a + step]
-        c = x.shape[0]
-        p = torch.ops.aten._softmax.out(x, -1, False, out=buf[:c])  # (c, V)
-        mass.addmm_(weight[:, a:a + c], p)
-        if need_max:  # both maxima of a row sit at the same token; the chunk is still in cache
-            torch.amax(x, -1, out=x_max[a:a + c])
-            torch.amax(p, -1, out=p_max[a:a + c])
-            torch.maximum(col_max, torch.amax(p, 0, out=chunk_max), out=col_max)
+    if step >= B * R or B * R * V <= 4 * chunk_elements:  # one block (a few rows, or a GPU): plain batched ops
+        p = torch.softmax(logits, -1)  # (B, R, V)
+        mass = torch.bmm(row_w[:, None, :], p)[:, 0]
+        if need_max:
+            x_max, p_max, col_max = logits.amax(-1).reshape(-1), p.amax(-1).reshape(-1), p.reshape(-1, V).amax(0)
+    else:
+        # row weights: (B, B·R), weight[b, b·R + i] = valid[b, i], so column sums of text b are one addmm per chunk
+        weight = torch.zeros(B, B * R, dtype=dt, device=dev)
+        weight.view(B, B, R).diagonal(dim1=0, dim2=1).copy_(row_w.T)
+        mass = torch.zeros(B, V, dtype=dt, device=dev)
+        if need_max:  # per row: max logit and max p (lse = max logit − log max p); per column: max p
+            x_max, p_max = torch.empty(B * R, dtype=dt, device=dev), torch.empty(B * R, dtype=dt, device=dev)
+            col_max, chunk_max = torch.zeros(V, dtype=dt, device=dev), torch.empty(V, dtype=dt, device=dev)
+        buf = torch.empty(step, V, dtype=dt, device=dev)
+        for a in range(0, B * R, step):  # cache blocks of rows (not tokens)
+            x = flat[a:a + step]
+            c = x.shape[0]
+            p = torch.ops.aten._softmax.out(x, -1, False, out=buf[:c])  # (c, V)
+            mass.addmm_(weight[:, a:a + c], p)
+            if need_max:  # both maxima of a row sit at the same token; the chunk is still in cache
+                torch.amax(x, -1, out=x_max[a:a + c])
+                torch.amax(p, -1, out=p_max[a:a + c])
+                torch.maximum(col_max, torch.amax(p, 0, out=chunk_max), out=col_max)
     if not log_absent:
         return MarginalSums(mass, None, torch.arange(V, device=dev), None, torch.zeros(B, R, dtype=dt, device=dev), 0.0, True)
     if need_max:
@@ -135,10 +141,11 @@ def masked_marginal_sums(logits: torch.Tensor, valid: torch.Tensor, eps: float =
                 exact = p_cols.clamp(max=1 - P_CAP_GAP).neg_().log1p_().add_(p_cols)  # log(1 − p) + p
                 out.index_add_(1, cols, torch.bmm(row_w[:, None, :], exact)[:, 0])
             return MarginalSums(mass, out, cols, p_cols, lse, col_max.index_fill_(0, cols, 0.0).max(), False)
-    # dense exact: log(1 − p) of every entry (the chunks again, into the reused buffer)
+    # dense exact: log(1 − p) of every entry (the chunks again)
     out = torch.zeros(B, V, dtype=dt, device=dev)
+    weight = torch.zeros(B, B * R, dtype=dt, device=dev)  # as above: column sums of text b by one addmm per chunk
+    weight.view(B, B, R).diagonal(dim1=0, dim2=1).copy_(row_w.T)
     for a in range(0, B * R, step):
-        x = flat[a:a + step]
-        p = torch.ops.aten._softmax.out(x, -1, False, out=buf[: x.shape[0]])
-        out.addmm_(weight[:, a:a + x.shape[0]], p.clamp_(max=1 - P_CAP_GAP).neg_().log1p_())
+        p = torch.softmax(flat[a:a + step], -1).clamp_(max=1 - P_CAP_GAP).neg_().log1p_()  # (c, V) log(1 − p)
+        out.addmm_(weight[:, a:a + p.shape[0]], p)
     return MarginalSums(mass, out, torch.arange(V, device=dev), None, torch.zeros(B, R, dtype=dt, device=dev), 0.0, True)

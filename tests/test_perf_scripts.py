@@ -27,3 +27,18 @@ def test_perf_detect_attribution_embedding_smoke(capsys):
     assert a["keys"] == 300 and a["bank_mb"] == round(300 * 1024 / 8 / 1e6, 2) and a["ms"] > 0
     e = _run("perf_embedding", ["--positions", "8", "--vocab", "2000", "--repeats", "1", "--device", "cpu"], capsys)
     assert {"ratio", "ratio_inplace", "ratio_count", "ratio_count_inplace"} <= set(e)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_perf_generate_and_tilt_error_smoke(capsys):
+    """The generation benchmark and the tilt-error probe on the shipped model, 2 short prompts."""
+    g = _run("perf_generate", ["--prompts", "2", "--gen-length", "64", "--repeats", "1", "--z-prompts", "2",
+                               "--schemes", "global-sketch", "--refresh", "block", "--device", "cpu"], capsys)
+    assert g["refresh"] == "once" and g["ratio"] > 0 and g["z_texts"] == 2
+    assert {"global-sketch", "global-sketch (refresh block)"} <= set(g["schemes"])
+    assert {"z_mean_exact", "z_mean", "z_rel_diff", "z_rel_diff_se", "z_rel_diff_refresh_block"} <= set(g)
+    t = _run("tilt_error", ["--prompts", "2", "--gen-length", "64", "--device", "cpu"], capsys)
+    assert t["tail_epsilon"] > 0 and t["used_vs_exact"]["rows"] == 2 * 64
+    # the tail linearisation alone stays within its relative bound ε/(1 − ε) (plus the expected sketch's ε/2)
+    assert t["linear_vs_exact"]["rel_max"] <= 2 * t["tail_epsilon"]
+    assert 0 <= t["used_vs_exact"]["rel_median"] < 1 and t["used_vs_exact"]["abs_max_logits"] < float("inf")
