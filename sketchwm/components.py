@@ -1007,6 +1007,10 @@ class Marginals:
             ``logits`` of a complete step and overwrite its rows at later steps of the same
             generation when ``out`` is None (the engine never reuses them); callers that pass
             ``out`` keep their ``logits`` intact.
+        incremental_follows: True on a complete step of the engine's incremental strategy
+            (:class:`sketchwm.engine.IncrementalMarginals`): the next steps pass fresh rows only
+            until the next complete one, so an incremental scheme should hold these rows. False
+            (exact strategies, benchmarks, user loops): nothing needs holding.
 
     Raises:
         ValueError: shapes that disagree.
@@ -1019,6 +1023,7 @@ class Marginals:
     target_valid: torch.Tensor
     out: torch.Tensor | None = None
     complete: bool = True
+    incremental_follows: bool = False
 
     def __post_init__(self) -> None:
         if self.logits.dim() != 3 or self.positions.shape != self.logits.shape[:2] or self.valid.shape != self.positions.shape:

@@ -291,8 +291,12 @@ class IncrementalMarginals(MarginalSource):
     def marginals(self, canvas: Canvas, reads: MarginalReads, targets: torch.Tensor, target_valid: torch.Tensor,
                   step: int, refresh: "bool | torch.Tensor" = True) -> Marginals:
         """See :meth:`MarginalSource.marginals`; the targets (and the rows of a partial refresh) otherwise."""
-        if (isinstance(refresh, bool) and refresh) or not reads.incremental:
+        if not reads.incremental:
             return super().marginals(canvas, reads, targets, target_valid, step)
+        if isinstance(refresh, bool) and refresh:  # complete, and the scheme should hold the rows
+            m = super().marginals(canvas, reads, targets, target_valid, step)
+            m.incremental_follows = True
+            return m
         if isinstance(refresh, bool):  # the targets alone
             rows = torch.arange(targets.shape[1], device=targets.device).expand_as(targets)
             return Marginals(self.fetch(canvas, targets, target_valid, step), targets, target_valid, rows, target_valid,

@@ -86,7 +86,7 @@ def test_incremental_steps_match_the_complete_steps_on_the_same_rows(builtin_reg
     for x in (sch, ref):
         x.begin(B, G, pm, pk)
     full = torch.arange(G).expand(B, G)
-    first = Marginals(held.clone(), full, masked, torch.tensor([[0], [5]]), one)
+    first = Marginals(held.clone(), full, masked, torch.tensor([[0], [5]]), one, incremental_follows=True)
     sch.process_logits(DenoiseStep(0, 6, tokens, masked, first, pm, pk, (0, G), 0))
     committed = torch.tensor([[0], [5]])
     # (targets, extra fresh rows of a partial refresh or None)

@@ -592,7 +592,7 @@ class GlobalSketchScheme(WatermarkScheme):
             if not marginals.complete:  # the cumulative scans need every row: the last complete step's, targets fresh
                 marginals = self._running_state().complete(marginals, masked)
             else:
-                self._running = _RunningSums.start(marginals, masked)
+                self._running = _RunningSums.start(marginals, masked) if marginals.incremental_follows else None
             # dw only at the targets (one batched product) unless every row is one
             probs = self._softmax_into_buffer(marginals.logits)  # (B, R, V), buffer
             at = None if marginals.rows_are_targets else marginals.targets
@@ -657,8 +657,11 @@ class GlobalSketchScheme(WatermarkScheme):
         target_row = torch.zeros_like(marginals.valid).scatter_(1, marginals.targets, marginals.target_valid)  # (B, R)
         if marginals.complete:
             stat, sums = stat_of(marginals.logits, marginals.valid)
-            targets_now = stat_of(marginals.at_target_rows(marginals.logits), marginals.target_valid)[0]
-            self._running = _RunningSums.start(marginals, masked, base=stat - targets_now)
+            self._running = None
+            if marginals.incremental_follows:  # hold the rows; base = the non-target rows' terms
+                base = torch.zeros_like(stat) if marginals.rows_are_targets else \
+                    stat - stat_of(marginals.at_target_rows(marginals.logits), marginals.target_valid)[0]
+                self._running = _RunningSums.start(marginals, masked, base=base)
             return stat, sums
         run = self._running_state()
         if run.base is None:  # started on a step without a tilt: the base of that complete step now
@@ -714,7 +717,7 @@ class GlobalSketchScheme(WatermarkScheme):
         s = self.params.delta * self.schedule_weight(self.denoising_time(step), step.total_steps // n_blocks)  # (B,)
         if not bool((s > 0).any()):  # no tilt; the running statistic still follows the steps (incremental reads)
             if step.marginals.complete:
-                self._running = _RunningSums.start(step.marginals, step.masked)
+                self._running = _RunningSums.start(step.marginals, step.masked) if step.marginals.incremental_follows else None
             elif self.stop_token_id is None:
                 self._masked_sums(step.marginals, step.masked)
             return step.marginals.target_logits()
