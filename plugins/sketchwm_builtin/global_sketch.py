@@ -59,6 +59,18 @@ therefore never used. Without EOS mass this is the derivation above, unchanged. 
 expectation vs Monte Carlo of cut texts, gradient vs ``torch.autograd``, p̃(e) = p(e), and mean
 length on a stand-in that stops after ~k tokens; ``tests/test_eos_sketch.py``.)
 
+How the step is computed (issue 15). The column sums Σ_{i∈M_t} p_i and Σ_{i∈M_t} log(1 − p_i) come
+from one cache-blocked softmax pass (:func:`sketchwm.marginal_sums.masked_marginal_sums`); with
+``tail_epsilon`` ε > 0 the tokens below ε at every masked row are linearised (log(1 − p) ≈ −p,
+1/(1 − p_i) ≈ 1: a moves by at most a relative ε/(1 − ε)) and the others computed exactly, so the
+tilt is one broadcast add plus a scatter on the exact columns. The reads are incremental
+(``MarginalReads.masked(incremental=True)``): under the sampler's amortised ``marginal_refresh``
+(the default) the engine passes every masked row only at refreshes and the sampled rows alone in
+between, and :meth:`GlobalSketchScheme._masked_sums` keeps the sum over the other masked rows from
+the rows it holds — those rows keep the marginals of the last refresh (the approximation; its
+measured effect on the tilt and on detection z is in the README, "Speed"). ``marginal_refresh = 1``
+and ε = 0 give the exact computation above.
+
 Detection (Alg. 2). Two nulls, named by ``null``:
 
 * ``background`` (default with ``presence``): the p-value is valid for the one key the user holds.
@@ -317,7 +329,7 @@ class _TiltParts:
         op: ``add`` | ``mul`` | ``div``.
         rows: (B, K, V) or (B, K, 1) float32 per-row part for ``mul``/``div``, else None.
         cols: (C,) int64 exact columns, or None; col_ratio: (B, K, C) float32 p/(1 − p) there.
-        tail_max: the largest tail probability left linear (the achieved ε).
+        tail_max: the largest tail probability left linear (the achieved ε), a float or a 0-dim tensor.
     """
 
     factor: torch.Tensor
@@ -326,7 +338,7 @@ class _TiltParts:
     rows: torch.Tensor | None = None
     cols: torch.Tensor | None = None
     col_ratio: torch.Tensor | None = None
-    tail_max: float = 0.0
+    tail_max: "float | torch.Tensor" = 0.0
 
     def apply(self, logits: torch.Tensor, eta: torch.Tensor, src: torch.Tensor | None = None) -> torch.Tensor:
         """logits = src + η a (``src`` None: logits += η a in place), one fused pass over (B, K, V)
