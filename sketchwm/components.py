@@ -1160,6 +1160,8 @@ class WatermarkScheme(Component):
     min_tokens: int = 16
     #: Which rows of the marginals the hooks read (:class:`MarginalReads`); the engine runs the LM
     #: head on those rows only. A scheme whose reads depend on its params makes this a property.
+    #: ``MarginalReads.masked(incremental=True)`` promises that the hooks also run on the sampled
+    #: rows alone between refreshes (``Marginals.complete`` False; the global sketch).
     reads: MarginalReads = MarginalReads.masked()
     #: ``"sampler"``: tokens are drawn with the sampler's Gumbel noise (from its generator);
     #: ``"keyed"``: the scheme's :meth:`sampling_uniforms` supplies it (the engine calls that hook
