@@ -1013,7 +1013,7 @@ class Marginals:
             (exact strategies, benchmarks, user loops): nothing needs holding.
 
     Raises:
-        ValueError: shapes that disagree.
+        ValueError: shapes that disagree (``out`` included).
     """
 
     logits: torch.Tensor
@@ -1033,6 +1033,9 @@ class Marginals:
             raise ValueError(f"marginals: targets {tuple(self.targets.shape)} and target_valid "
                              f"{tuple(self.target_valid.shape)} must both be (B, K) with B = {self.logits.shape[0]}")
         R, K = self.logits.shape[1], self.targets.shape[1]
+        if self.out is not None and self.out.shape != (self.logits.shape[0], K, self.logits.shape[2]):
+            raise ValueError(f"marginals: out {tuple(self.out.shape)} must be (B, K, V) = "
+                             f"{(self.logits.shape[0], K, self.logits.shape[2])}")
         #: the targets are exactly the rows, in order (then :meth:`target_logits` is ``logits`` itself)
         self.rows_are_targets = R == K and bool(
             (self.targets == torch.arange(K, device=self.targets.device)).all())

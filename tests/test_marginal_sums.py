@@ -108,3 +108,11 @@ def test_linearised_tilt_is_within_its_bound_of_the_exact_tilt():
     # a's relative error ≤ ε/(1−ε) through the tilt, plus the expected sketch's own ε/2 relative error
     assert bool((err <= 2 * eps / (1 - eps) * shift_exact[masked].abs() + 1e-5).all())
     assert float(err.max()) > 0  # the fast path is not the exact one in disguise
+
+
+def test_marginals_out_must_match_the_targets():
+    logits = torch.zeros(2, 5, 7)
+    masked = torch.ones(2, 5, dtype=torch.bool)
+    Marginals.canvas(logits, masked, out=torch.empty(2, 5, 7))
+    with pytest.raises(ValueError, match="out"):
+        Marginals.canvas(logits, masked, out=torch.empty(2, 4, 7))
