@@ -39,6 +39,7 @@ __all__ = [
     "MarginalReads",
     "Marginals",
     "packed_masked_positions",
+    "row_index",
     "check_token_ids",
     "WatermarkScheme",
     "SchemeScores",
@@ -896,6 +897,14 @@ def packed_masked_positions(masked: torch.Tensor) -> tuple[torch.Tensor, torch.T
     return order, valid
 
 
+def row_index(positions: torch.Tensor, gen_length: int) -> torch.Tensor:
+    """The row of each position in a packed layout: positions (B, R) int64 (distinct per text) →
+    (B, G) int64 with out[b, positions[b, r]] = r (0 at positions not listed)."""
+    B, R = positions.shape
+    return torch.zeros(B, gen_length, dtype=torch.long, device=positions.device).scatter_(
+        1, positions, torch.arange(R, device=positions.device).expand(B, R))
+
+
 @dataclass(frozen=True)
 class MarginalReads:
     """What a scheme's hooks read of the marginals at a denoising step: its declaration.
@@ -974,9 +983,7 @@ class MarginalReads:
                                                   stride=1, padding=self.radius)[:, 0]
             need = masked & (near > 0)
         positions, valid = packed_masked_positions(need)  # (B, R)
-        row_of = torch.zeros_like(masked, dtype=torch.long).scatter_(
-            1, positions, torch.arange(positions.shape[1], device=masked.device).expand(B, -1))  # (B, G)
-        return positions, valid, torch.gather(row_of, 1, targets)
+        return positions, valid, torch.gather(row_index(positions, masked.shape[1]), 1, targets)
 
 
 @dataclass
@@ -1060,6 +1067,11 @@ class Marginals:
         positions, valid, rows = (reads or MarginalReads.masked()).layout(masked, targets, target_valid)
         return cls(torch.gather(logits, 1, positions[..., None].expand(-1, -1, logits.shape[-1])), positions, valid,
                    rows, target_valid)
+
+    @property
+    def target_rows(self) -> torch.Tensor:
+        """(B, R) bool, True on the rows that are (valid) targets."""
+        return torch.zeros_like(self.valid).scatter_(1, self.targets, self.target_valid)
 
     @property
     def target_positions(self) -> torch.Tensor:

@@ -32,7 +32,8 @@ from typing import Literal, Sequence
 import torch
 from pydantic import Field, model_validator
 
-from .components import DenoiseStep, DLMBackend, MarginalReads, Marginals, WatermarkScheme, packed_masked_positions
+from .components import (DenoiseStep, DLMBackend, MarginalReads, Marginals, WatermarkScheme, packed_masked_positions,
+                         row_index)
 from .config import StrictModel, validate_params
 from .errors import ConfigError, InputError
 
@@ -303,9 +304,8 @@ class IncrementalMarginals(MarginalSource):
                              complete=False)
         chosen = torch.zeros_like(canvas.masked).scatter_(1, targets, target_valid)
         positions, valid = packed_masked_positions(canvas.masked & (refresh | chosen))
-        row_of = torch.zeros_like(canvas.tokens).scatter_(
-            1, positions, torch.arange(positions.shape[1], device=positions.device).expand_as(positions))
-        return Marginals(self.fetch(canvas, positions, valid, step), positions, valid, torch.gather(row_of, 1, targets),
+        rows = torch.gather(row_index(positions, canvas.tokens.shape[1]), 1, targets)
+        return Marginals(self.fetch(canvas, positions, valid, step), positions, valid, rows,
                          target_valid, complete=False)
 
 
@@ -335,8 +335,7 @@ class RefreshedMarginals(MarginalSource):
         if reads.kind != "masked" or self.cache is None or not (isinstance(refresh, bool) and not refresh):
             m = super().marginals(canvas, reads, targets, target_valid, step)
             if reads.kind == "masked":  # hooks may tilt target_logits() in place: never let it alias the cache
-                row_of = torch.zeros_like(canvas.tokens).scatter_(
-                    1, m.positions, torch.arange(m.positions.shape[1], device=m.positions.device).expand(m.positions.shape[0], -1))
+                row_of = row_index(m.positions, canvas.tokens.shape[1])
                 self.cache = (m.logits.clone() if m.rows_are_targets else m.logits, row_of)
             return m
         positions, valid, rows = reads.layout(canvas.masked, targets, target_valid)

@@ -74,6 +74,15 @@ def _chunk_rows(n_rows: int, vocab: int, device: torch.device, chunk_elements: i
     return max(1, min(n_rows, chunk_elements // max(1, vocab)))
 
 
+def _row_weights(row_w: torch.Tensor) -> torch.Tensor:
+    """(B, R) row weights → (B, B·R) with out[b, b·R + i] = row_w[b, i]: the column sums of text b over
+    a chunk of flattened rows are one ``addmm`` with the chunk's columns of this matrix."""
+    B, R = row_w.shape
+    weight = torch.zeros(B, B * R, dtype=row_w.dtype, device=row_w.device)
+    weight.view(B, B, R).diagonal(dim1=0, dim2=1).copy_(row_w.T)
+    return weight
+
+
 def masked_marginal_sums(logits: torch.Tensor, valid: torch.Tensor, eps: float = 1e-3, log_absent: bool = True,
                          max_exact_fraction: float = 0.25, chunk_elements: int = CHUNK_ELEMENTS) -> MarginalSums:
     """Σ_i w_i p_i(v) and Σ_i w_i log(1 − p_i(v)) over the rows, p_i = softmax(logits_i), w = ``valid`` (module doc).
@@ -111,9 +120,7 @@ def masked_marginal_sums(logits: torch.Tensor, valid: torch.Tensor, eps: float =
         if need_max:
             x_max, p_max, col_max = logits.amax(-1).reshape(-1), p.amax(-1).reshape(-1), p.reshape(-1, V).amax(0)
     else:
-        # row weights: (B, B·R), weight[b, b·R + i] = valid[b, i], so column sums of text b are one addmm per chunk
-        weight = torch.zeros(B, B * R, dtype=dt, device=dev)
-        weight.view(B, B, R).diagonal(dim1=0, dim2=1).copy_(row_w.T)
+        weight = _row_weights(row_w)  # (B, B·R)
         mass = torch.zeros(B, V, dtype=dt, device=dev)
         if need_max:  # per row: max logit and max p (lse = max logit − log max p); per column: max p
             x_max, p_max = torch.empty(B * R, dtype=dt, device=dev), torch.empty(B * R, dtype=dt, device=dev)
@@ -143,8 +150,7 @@ def masked_marginal_sums(logits: torch.Tensor, valid: torch.Tensor, eps: float =
             return MarginalSums(mass, out, cols, p_cols, lse, col_max.index_fill_(0, cols, 0.0).max(), False)
     # dense exact: log(1 − p) of every entry (the chunks again)
     out = torch.zeros(B, V, dtype=dt, device=dev)
-    weight = torch.zeros(B, B * R, dtype=dt, device=dev)  # as above: column sums of text b by one addmm per chunk
-    weight.view(B, B, R).diagonal(dim1=0, dim2=1).copy_(row_w.T)
+    weight = _row_weights(row_w)
     for a in range(0, B * R, step):
         p = torch.softmax(flat[a:a + step], -1).clamp_(max=1 - P_CAP_GAP).neg_().log1p_()  # (c, V) log(1 − p)
         out.addmm_(weight[:, a:a + p.shape[0]], p)

@@ -108,7 +108,7 @@ import torch
 from pydantic import Field
 
 from sketchwm.components import (DenoiseStep, MarginalReads, Marginals, SchemeScores, WatermarkScheme, distinct_token_sums,
-                                 packed_masked_positions, serial_on_cpu)
+                                 packed_masked_positions, row_index, serial_on_cpu)
 from sketchwm.config import ComponentSpec, StrictModel
 from sketchwm.context import BuildContext
 from sketchwm.errors import ConfigError, InputError
@@ -389,12 +389,9 @@ class _RunningSums:
         logits, owned = marginals.logits, marginals.out is None  # the engine's rows: ours after the step (Marginals doc)
         if marginals.rows_are_targets and marginals.out is None:  # target_logits() is this tensor: keep a copy
             logits = logits.clone()
-        B, R = marginals.positions.shape
-        dev = masked.device
-        row_of = torch.zeros_like(masked, dtype=torch.long).scatter_(1, marginals.positions, torch.arange(R, device=dev).expand(B, R))
+        row_of = row_index(marginals.positions, masked.shape[1])
         targets = torch.zeros_like(masked).scatter_(1, marginals.target_positions, marginals.target_valid)  # (B, G)
-        is_target_row = torch.zeros(B, R, dtype=torch.bool, device=dev).scatter_(1, marginals.targets, marginals.target_valid)
-        weights = (marginals.valid & ~is_target_row).to(logits.dtype)
+        weights = (marginals.valid & ~marginals.target_rows).to(logits.dtype)
         return cls(logits, row_of, base, weights, masked.clone(), targets, owned)
 
     def replace(self, marginals: Marginals, rows: torch.Tensor) -> None:
@@ -412,13 +409,12 @@ class _RunningSums:
     def complete(self, marginals: Marginals, masked: torch.Tensor) -> Marginals:
         """Every masked row: the held ones, with the fresh rows of the incomplete ``marginals`` (the
         targets, and the rows of a partial refresh, which are held from now on)."""
-        target_row = torch.zeros_like(marginals.valid).scatter_(1, marginals.targets, marginals.target_valid)
-        if bool((marginals.valid & ~target_row).any()):
-            self.replace(marginals, marginals.valid & ~target_row)
+        renew = marginals.valid & ~marginals.target_rows
+        if bool(renew.any()):
+            self.replace(marginals, renew)
         positions, valid, rows = MarginalReads.masked().layout(masked, marginals.target_positions, marginals.target_valid)
         logits = self.rows_at(positions)
-        row_of = torch.zeros_like(masked, dtype=torch.long).scatter_(
-            1, positions, torch.arange(positions.shape[1], device=masked.device).expand_as(positions))
+        row_of = row_index(positions, masked.shape[1])
         b, r = marginals.valid.nonzero(as_tuple=True)
         logits[b, row_of[b, marginals.positions[b, r]]] = marginals.logits[b, r]
         self.masked = masked.clone()
@@ -666,7 +662,7 @@ class GlobalSketchScheme(WatermarkScheme):
             sums = masked_marginal_sums(logits, weights, eps=eps, log_absent=presence)
             return (sums.log_absent if presence else sums.mass), sums
 
-        target_row = torch.zeros_like(marginals.valid).scatter_(1, marginals.targets, marginals.target_valid)  # (B, R)
+        target_row = marginals.target_rows  # (B, R)
         if marginals.complete:
             stat, sums = stat_of(marginals.logits, marginals.valid)
             self._running = None
