@@ -1,4 +1,4 @@
-"""Baseline watermarks for DLMs (red-green, KGW, Unigram, AAR Gumbel, KTH EXP-edit).
+"""Baseline watermarks for DLMs (red-green, KGW, Unigram, AAR Gumbel, KTH EXP-edit, DMark, position Gumbel).
 
 Each scheme lives in its own module and is registered through the ``sketchwm`` entry-point group
 (``baselines = "sketchwm_baselines"``), exactly like the built-in global sketch scheme:
@@ -8,6 +8,8 @@ Each scheme lives in its own module and is registered through the ``sketchwm`` e
 * ``unigram``       — Zhao et al. 2023 (:mod:`.unigram`)
 * ``aar-gumbel``    — Aaronson's Gumbel-max (:mod:`.aar_gumbel`)
 * ``kth-exp-edit``  — Kuditipudi et al. 2024 EXP-edit (:mod:`.kth_exp_edit`)
+* ``dmark``         — Wu et al. 2025, DMark (:mod:`.dmark`)
+* ``gumbel-position`` — Bagchi et al. 2025, position-seeded Gumbel-max (:mod:`.gumbel_position`)
 """
 
 from __future__ import annotations
@@ -15,15 +17,19 @@ from __future__ import annotations
 from sketchwm.hookspecs import hookimpl
 
 from .aar_gumbel import AARGumbelScheme
+from .dmark import DMarkScheme
+from .gumbel_position import GumbelPositionScheme
 from .kgw_naive import KGWNaiveScheme
 from .kth_exp_edit import KTHExpEditScheme
 from .red_green_dlm import RedGreenDLMScheme
 from .unigram import UnigramScheme
 
-__all__ = ["RedGreenDLMScheme", "KGWNaiveScheme", "UnigramScheme", "AARGumbelScheme", "KTHExpEditScheme"]
+__all__ = ["RedGreenDLMScheme", "KGWNaiveScheme", "UnigramScheme", "AARGumbelScheme", "KTHExpEditScheme", "DMarkScheme",
+           "GumbelPositionScheme"]
 
 
 @hookimpl
 def sketchwm_register_schemes() -> list[type]:
     """Register the baseline schemes."""
-    return [RedGreenDLMScheme, KGWNaiveScheme, UnigramScheme, AARGumbelScheme, KTHExpEditScheme]
+    return [RedGreenDLMScheme, KGWNaiveScheme, UnigramScheme, AARGumbelScheme, KTHExpEditScheme, DMarkScheme,
+            GumbelPositionScheme]

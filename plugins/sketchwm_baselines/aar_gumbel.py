@@ -67,6 +67,11 @@ class AARGumbelScheme(KeyedNoiseScheme):
         super().__init__(params, key, vocab_size, device)
         self._rows = KeyedRowCache()
 
+    @property
+    def keying(self) -> str:
+        """``context`` or ``position``: what the uniforms are keyed on (``params.keying``)."""
+        return self.params.keying
+
     def seed_domain(self) -> str:
         """One seed per keying: ``baselines/aar-gumbel/<keying>``."""
         return f"baselines/aar-gumbel/{self.params.keying}"
@@ -96,7 +101,7 @@ class AARGumbelScheme(KeyedNoiseScheme):
         B, G = step.tokens.shape
         K, V = m.targets.shape[1], m.logits.shape[-1]
         dev = m.logits.device
-        if p.keying == "position":  # the same rows for every text: cache (1, G, V), gather the targets
+        if self.keying == "position":  # the same rows for every text: cache (1, G, V), gather the targets
             pos = torch.arange(G, device=dev)[None, :]  # (1, G)
             rows = self._rows.lookup(pos, torch.ones_like(pos, dtype=torch.bool), self.uniform_rows, V, torch.float32)
             return rows[0][m.target_positions]  # (B, K, V)
@@ -116,7 +121,7 @@ class AARGumbelScheme(KeyedNoiseScheme):
         ids, valid = self.check_ids(ids, valid)
         B, N = ids.shape
         V = self.vocab_size
-        if p.keying == "position":
+        if self.keying == "position":
             pos = torch.arange(N, device=self.device).expand(B, N)  # (B, N)
             keep = valid  # distinct positions: every pair is distinct
             counters = pair_counter(pos, ids, V)  # (B, N)
