@@ -1,6 +1,6 @@
 """Statistical properties of the baseline schemes (issue 4) that the conformance suite does not cover.
 
-* Distortion-free schemes (``aar-gumbel``, ``kth-exp-edit``): over many keys, the token the engine's
+* Distortion-free schemes (``aar-gumbel``, ``gumbel-position``, ``kth-exp-edit``): over many keys, the token the engine's
   Gumbel-max picks with the scheme's uniforms is distributed as the marginal.
 * ``red-green-dlm`` raises the expected green score more than ``kgw-naive`` at the same δ.
 * The shared helpers (duplicate removal, the Levenshtein DP) against brute force.
@@ -74,6 +74,7 @@ FREQ_TOL = 0.03
     [
         ("aar-gumbel", {"keying": "context"}),
         ("aar-gumbel", {"keying": "position"}),
+        ("gumbel-position", {}),
         ("kth-exp-edit", {"key_len": 8}),
         ("kth-exp-edit", {"key_len": 8, "random_shift": False}),
     ],
