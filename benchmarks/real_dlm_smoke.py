@@ -9,6 +9,7 @@ and here, on the project's stand-ins (tiny random models with the real interface
 ``sketchwm.testing.standins``; under 2 minutes on a CPU)::
 
     python benchmarks/real_dlm_smoke.py --backend dream --standin
+    python benchmarks/real_dlm_smoke.py --backend llada --standin --scheme dmark
 
 Steps: ``--n-cal`` unwatermarked texts calibrate the detector (τ_N per length bin at ``--alpha``);
 ``--n`` held-out prompts are generated without and with the watermark (the backend's own sampler
@@ -73,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-oracle", action="store_true")
+    ap.add_argument("--scheme", default=None, help="registered scheme name (default: the configured default, global-sketch)")
+    ap.add_argument("--scheme-params", default="{}", help="the scheme's params as JSON")
     args = ap.parse_args(argv)
 
     t0 = time.time()
@@ -97,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.temperature is not None:
         sampler["temperature"] = args.temperature
     cfg = {"backend": {"name": args.backend, "params": {"path": path, **params}}, "sampler": sampler}
+    if args.scheme:
+        cfg["scheme"] = {"name": args.scheme, "params": json.loads(args.scheme_params)}
     key = WatermarkKey(bytes(range(32)))  # a fixed, public smoke-test key
     wm = Watermarker(key, cfg)
     be = wm.backend
@@ -137,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         "mean_length_wm": round(float(marked.lengths.float().mean()), 3),
         "mean_length_base": round(float(base.lengths.float().mean()), 3),
         "oracle_ppl_ratio": None if ratio is None else round(ratio, 4),
-        "backend": args.backend, "standin": bool(args.standin), "n": args.n, "n_cal": len(cal_ids),
+        "backend": args.backend, "standin": bool(args.standin), "scheme": wm.scheme.name, "n": args.n, "n_cal": len(cal_ids),
         "gen_length": G, "steps": steps, "alpha": args.alpha, "seconds": round(time.time() - t0, 1),
     }
     print(json.dumps(result))
