@@ -40,13 +40,15 @@ def _state(seed: int = 0):
     logits[..., :5] = float("-inf")  # special ids, as the engine bans them
     tokens = torch.tensor([[MASK, 11, MASK, MASK, 12, MASK, MASK, MASK]])
     masked = tokens == MASK
-    step = DenoiseStep(step=0, total_steps=1, tokens=tokens, masked=masked, marginals=Marginals.canvas(logits.clone(), masked),
+    step = DenoiseStep(step=0, total_steps=1, tokens=tokens, masked=masked,
+                       marginals=Marginals.canvas(logits.clone(), masked),
                        prompt_ids=torch.tensor([[7]]), prompt_mask=torch.ones(1, 1, dtype=torch.bool), block=(0, 8),
                        mask_token_id=MASK, generator=torch.Generator().manual_seed(seed))
     return step, logits
 
 
-def _expected_dmark_bias(strategy: str, scheme, tokens: torch.Tensor, logits: torch.Tensor, prompt_last: int) -> torch.Tensor:
+def _expected_dmark_bias(strategy: str, scheme, tokens: torch.Tensor, logits: torch.Tensor,
+                         prompt_last: int) -> torch.Tensor:
     """δ-tilt of DMark's strategies, position by position (plain Python over the 8 positions)."""
     delta, gamma = scheme.params.delta, scheme.params.gamma
     seed = scheme._seed
