@@ -11,8 +11,9 @@ and here, on the project's stand-ins (tiny random models with the real interface
     python benchmarks/real_dlm_smoke.py --backend dream --standin
 
 Steps: ``--n-cal`` unwatermarked texts calibrate the detector (τ_N per length bin at ``--alpha``);
-``--n`` held-out prompts are generated without and with the watermark (the backend's own sampler
-settings, see README "Real DLM backends", plus ``--gen-length``/``--steps``); texts are cut at the
+``--n`` held-out prompts are generated without and with the watermark of ``--scheme`` (default
+``global-sketch``; the backend's own sampler settings, see README "Real DLM backends", plus
+``--gen-length``/``--steps``); texts are cut at the
 first EOS and those shorter than the scheme's minimum length are left out (counted). TPR is the
 detected fraction of watermarked texts, FPR that of held-out unwatermarked ones.
 
@@ -73,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-oracle", action="store_true")
+    ap.add_argument("--scheme", default="global-sketch", help="registered watermark scheme (default: global-sketch)")
+    ap.add_argument("--scheme-params", default="{}", help="the scheme's params as JSON")
     args = ap.parse_args(argv)
 
     t0 = time.time()
@@ -96,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         sampler["block_length"] = min(32, G) if G % 32 == 0 else G
     if args.temperature is not None:
         sampler["temperature"] = args.temperature
-    cfg = {"backend": {"name": args.backend, "params": {"path": path, **params}}, "sampler": sampler}
+    cfg = {"backend": {"name": args.backend, "params": {"path": path, **params}}, "sampler": sampler,
+           "scheme": {"name": args.scheme, "params": json.loads(args.scheme_params)}}
     key = WatermarkKey(bytes(range(32)))  # a fixed, public smoke-test key
     wm = Watermarker(key, cfg)
     be = wm.backend
@@ -137,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         "mean_length_wm": round(float(marked.lengths.float().mean()), 3),
         "mean_length_base": round(float(base.lengths.float().mean()), 3),
         "oracle_ppl_ratio": None if ratio is None else round(ratio, 4),
-        "backend": args.backend, "standin": bool(args.standin), "n": args.n, "n_cal": len(cal_ids),
+        "scheme": args.scheme, "backend": args.backend, "standin": bool(args.standin), "n": args.n, "n_cal": len(cal_ids),
         "gen_length": G, "steps": steps, "alpha": args.alpha, "seconds": round(time.time() - t0, 1),
     }
     print(json.dumps(result))

@@ -627,19 +627,21 @@ _WARNED: "weakref.WeakSet[WatermarkScheme]" = weakref.WeakSet()
 
 
 def greedy_decoding_problem(scheme: WatermarkScheme | None, temperature: float, steering: bool) -> str | None:
-    """The one-line problem, with its fix, of a scheme whose embedding cannot act at ``temperature``:
-    under greedy decoding (T = 0) the argmax hides a tilt of the marginals (its effect is limited to
-    the rare rows where the tilt overturns the top token: on the LLaDA stand-in the global sketch's
-    tilt alone gave median z 0.81, no text detected at 1% FPR) and keyed noise is never drawn.
+    """The one-line problem, with its fix, of a scheme whose embedding can barely act at ``temperature``:
+    under greedy decoding (T = 0) keyed sampling noise is never drawn, and a tilt of the marginals
+    changes a token only where it overturns the argmax (the global sketch's tilt alone: median z 0.81
+    and no text detected at 1% FPR on the LLaDA stand-in with LLaDA's greedy settings).
     None when there is no scheme, T > 0, or the scheme steers the order (the order is its channel).
     """
     if scheme is None or temperature > 0.0 or steering:
         return None
-    how = "replaces the sampling noise, which greedy decoding never draws" if scheme.noise == "keyed" else \
-        "tilts the marginals, and the argmax of greedy decoding hides the tilt"
-    return (f"scheme '{scheme.name}' {how}: at temperature 0 its texts carry almost no watermark; "
-            "sample at temperature > 0 (e.g. --temperature 0.7), or use an order-steering scheme "
-            "(global-sketch with order 'auto' or 'steer', or dgmark)")
+    how = "replaces the sampling noise, which greedy decoding never draws, so its texts carry no watermark" \
+        if scheme.noise == "keyed" else \
+        "tilts the marginals, and greedy decoding keeps a tilted token only where the tilt overturns the argmax, " \
+        "so its watermark is weak or absent"
+    return (f"scheme '{scheme.name}' at temperature 0 (greedy decoding) {how}: sample at temperature > 0 "
+            "(e.g. --temperature 0.7), or use an order-steering scheme (global-sketch with order 'auto' or "
+            "'steer', or dgmark)")
 
 
 def _progress_bar(total: int):

@@ -1,4 +1,4 @@
-"""Baseline watermarks for DLMs (red-green, KGW, Unigram, AAR Gumbel, KTH EXP-edit).
+"""Baseline watermarks for DLMs (red-green, KGW, Unigram, AAR Gumbel, KTH EXP-edit, dgMARK).
 
 Each scheme lives in its own module and is registered through the ``sketchwm`` entry-point group
 (``baselines = "sketchwm_baselines"``), exactly like the built-in global sketch scheme:
@@ -8,6 +8,7 @@ Each scheme lives in its own module and is registered through the ``sketchwm`` e
 * ``unigram``       — Zhao et al. 2023 (:mod:`.unigram`)
 * ``aar-gumbel``    — Aaronson's Gumbel-max (:mod:`.aar_gumbel`)
 * ``kth-exp-edit``  — Kuditipudi et al. 2024 EXP-edit (:mod:`.kth_exp_edit`)
+* ``dgmark``        — Hong & No 2026, order steering with a keyed parity (:mod:`.dgmark`)
 """
 
 from __future__ import annotations
@@ -15,15 +16,16 @@ from __future__ import annotations
 from sketchwm.hookspecs import hookimpl
 
 from .aar_gumbel import AARGumbelScheme
+from .dgmark import DGMarkScheme
 from .kgw_naive import KGWNaiveScheme
 from .kth_exp_edit import KTHExpEditScheme
 from .red_green_dlm import RedGreenDLMScheme
 from .unigram import UnigramScheme
 
-__all__ = ["RedGreenDLMScheme", "KGWNaiveScheme", "UnigramScheme", "AARGumbelScheme", "KTHExpEditScheme"]
+__all__ = ["RedGreenDLMScheme", "KGWNaiveScheme", "UnigramScheme", "AARGumbelScheme", "KTHExpEditScheme", "DGMarkScheme"]
 
 
 @hookimpl
 def sketchwm_register_schemes() -> list[type]:
     """Register the baseline schemes."""
-    return [RedGreenDLMScheme, KGWNaiveScheme, UnigramScheme, AARGumbelScheme, KTHExpEditScheme]
+    return [RedGreenDLMScheme, KGWNaiveScheme, UnigramScheme, AARGumbelScheme, KTHExpEditScheme, DGMarkScheme]
