@@ -258,3 +258,15 @@ def test_dgmark_parity_is_the_documented_keyed_function(neighbour):
 def test_dgmark_other_key_and_strength_zero(neighbour):
     out = _greedy(neighbour, _scheme("dgmark", neighbour, strength=0.0))
     assert torch.equal(out.ids, _greedy(neighbour).ids)  # strength 0: the rule's own order
+
+
+def test_user_loop_refuses_schemes_that_always_steer(tiny):
+    """A logits hook cannot change the order: dgmark and global-sketch with order 'steer' are refused;
+    the default global sketch (which tilts where the temperature is not known) is accepted."""
+    from sketchwm.errors import ConfigError
+    from sketchwm.userloop import LogitsTilter
+
+    for name, params in (("dgmark", {}), ("global-sketch", {**UNIFORM, "order": "steer"})):
+        with pytest.raises(ConfigError, match="steers the unmasking order"):
+            LogitsTilter(_scheme(name, tiny, **params), tiny, steps=8)
+    LogitsTilter(_scheme("global-sketch", tiny, **UNIFORM), tiny, steps=8)
