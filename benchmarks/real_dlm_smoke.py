@@ -17,6 +17,11 @@ Steps: ``--n-cal`` unwatermarked texts calibrate the detector (τ_N per length b
 first EOS and those shorter than the scheme's minimum length are left out (counted). TPR is the
 detected fraction of watermarked texts, FPR that of held-out unwatermarked ones.
 
+``distinct_texts_base`` and ``mean_distinct_tokens_base`` say how much the unwatermarked texts vary:
+under greedy decoding a watermark that keeps the model's tokens (order steering: the default
+global sketch at T = 0, ``dgmark``) can only choose among the greedy texts the orders give, and a
+model whose greedy text is one repeated token leaves it nothing to choose.
+
 ``oracle_ppl_ratio`` = median oracle perplexity (SmolLM2-135M, ``sketchwm.oracle``) of watermarked
 over unwatermarked texts; null with ``--no-oracle`` and by default on stand-ins (their random
 weights produce word salad, whose perplexity says nothing about the watermark).
@@ -140,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         "tpr": round(tpr, 4), "fpr": round(fpr, 4),
         "mean_length_wm": round(float(marked.lengths.float().mean()), 3),
         "mean_length_base": round(float(base.lengths.float().mean()), 3),
+        "distinct_texts_base": len({tuple(ids) for ids in base.token_lists()}),
+        "mean_distinct_tokens_base": round(statistics.fmean(len(set(ids)) for ids in base.token_lists()), 2),
         "oracle_ppl_ratio": None if ratio is None else round(ratio, 4),
         "scheme": args.scheme, "backend": args.backend, "standin": bool(args.standin), "n": args.n, "n_cal": len(cal_ids),
         "gen_length": G, "steps": steps, "alpha": args.alpha, "seconds": round(time.time() - t0, 1),

@@ -5,7 +5,7 @@
 * remasking rules are a plugin kind: a third-party rule registered through the plugin mechanism is
   the one the engine uses;
 * order steering marks greedy text: on a tiny model whose argmax depends on its decoded neighbours
-  (so the order changes the greedy text), the global sketch's steering (its default at T = 0) and
+  (:class:`sketchwm.testing.neighbour.NeighbourBackend`: the order changes the greedy text), the global sketch's steering (its default at T = 0) and
   ``dgmark`` are detected, with the marginals untouched;
 * dgmark's keying: its parity is the documented keyed function, recomputed here independently.
 """
@@ -19,50 +19,20 @@ import warnings
 import pytest
 import torch
 
-from sketchwm.components import DLMBackend
 from sketchwm.context import BuildContext
 from sketchwm.engine import MaskedDiffusionSampler, RemaskingRule
 from sketchwm.errors import GreedyDecodingWarning, RegistryError
 from sketchwm.hookspecs import hookimpl
 from sketchwm.prf import keyed_bits
 from sketchwm.registry import get_registry
-from sketchwm.testing import tiny_backend, tiny_tokenizer
+from sketchwm.testing import tiny_backend
+from sketchwm.testing.neighbour import NeighbourBackend
 from sketchwm.testing.schemes import KEY, OTHER_KEY, PROMPTS, plugin_registry
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 GREEDY = {"gen_length": 64, "block_length": 32, "steps": 32, "temperature": 0.0, "remasking": "low_confidence"}
 UNIFORM = {"prior": {"source": "uniform"}}
-
-
-class NeighbourBackend(DLMBackend):
-    """A tiny DLM whose marginal at position i depends on the decoded tokens next to it:
-    logits_i = A[x_{i-1}] + B[x_{i+1}] + C[i] (seeded N(0, 1) tables, the [MASK] rows zero), so the
-    greedy text depends on the order in which positions are committed (a random BERT's argmax
-    barely does: its greedy text is the same whatever the order)."""
-
-    name = "neighbour-test"
-
-    def __init__(self, seed: int = 0):
-        self.tokenizer = tiny_tokenizer()
-        self.vocab_size = len(self.tokenizer)
-        self.mask_token_id = self.tokenizer.mask_token_id
-        self.banned_token_ids = list(self.tokenizer.all_special_ids)
-        self.device = torch.device("cpu")
-        self.model_id = "neighbour-test"
-        g = torch.Generator().manual_seed(seed)
-        V = self.vocab_size
-        self.left, self.right = torch.randn(V, V, generator=g), torch.randn(V, V, generator=g)
-        self.left[self.mask_token_id] = 0.0
-        self.right[self.mask_token_id] = 0.0
-        self.pos = 0.5 * torch.randn(512, V, generator=g)
-
-    def logits(self, input_ids, attention_mask=None, positions=None):
-        B, L = input_ids.shape
-        pad = torch.full((B, 1), self.mask_token_id, dtype=torch.long)
-        prev = torch.cat([pad, input_ids[:, :-1]], 1)  # (B, L)
-        nxt = torch.cat([input_ids[:, 1:], pad], 1)
-        return self.left[prev] + self.right[nxt] + self.pos[:L][None]  # (B, L, V)
 
 
 def _scheme(name, backend, key=KEY, **params):
