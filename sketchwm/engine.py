@@ -30,9 +30,9 @@ batch × positions × vocabulary; NaN/inf logits are caught in one place (:func:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import warnings
 import weakref
+from dataclasses import dataclass
 from typing import Any, Literal, Sequence
 
 import torch
@@ -388,7 +388,12 @@ class RemaskingRule(Component):
         return packed_masked_positions(eligible)
 
     def confidence(self, logits: torch.Tensor, scaled: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
-        """(B, K) float32 score of each candidate: the k highest are committed."""
+        """(B, K) float32 score of each candidate: the k highest are committed (logits (B, K, V) tilted,
+        scaled (B, K, V) tempered and filtered, x0 (B, K) int64 draws).
+
+        Raises:
+            NotImplementedError: the base class (a rule implements it, or overrides :meth:`choose`).
+        """
         raise NotImplementedError
 
     def choose(self, logits: torch.Tensor, scaled: torch.Tensor, x0: torch.Tensor, valid: torch.Tensor,
