@@ -643,7 +643,7 @@ def greedy_decoding_problem(scheme: WatermarkScheme | None, temperature: float, 
     how = "replaces the sampling noise, which greedy decoding never draws, so its texts carry no watermark" \
         if scheme.noise == "keyed" else \
         "tilts the marginals, and greedy decoding keeps a tilted token only where the tilt overturns the argmax, " \
-        "so its watermark is weak or absent"
+        "so its watermark may be weak or absent"
     return (f"scheme '{scheme.name}' at temperature 0 (greedy decoding) {how}: sample at temperature > 0 "
             "(e.g. --temperature 0.7), or use an order-steering scheme (global-sketch with order 'auto' or "
             "'steer', or dgmark)")
