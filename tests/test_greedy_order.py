@@ -240,3 +240,23 @@ def test_user_loop_refuses_schemes_that_always_steer(tiny):
         with pytest.raises(ConfigError, match="steers the unmasking order"):
             LogitsTilter(_scheme(name, tiny, **params), tiny, steps=8)
     LogitsTilter(_scheme("global-sketch", tiny, **UNIFORM), tiny, steps=8)
+
+
+# ------------------------------------------------------------------ the steering mode passes the scheme conformance suite
+@pytest.fixture(scope="module")
+def steering_under_test(tiny):
+    from sketchwm.testing.schemes import SchemeUnderTest
+
+    return SchemeUnderTest("global-sketch", {**UNIFORM, "order": "steer"}, tiny, get_registry(), 1e-3)
+
+
+@pytest.mark.parametrize("check", ["round_trip", "null", "other_key", "reproducible", "errors", "params_json"])
+def test_steering_mode_conformance(check, steering_under_test):
+    """The suite of :mod:`sketchwm.testing.schemes` (T = 1, random remasking: the order is steered
+    and the marginals tilted) for ``global-sketch`` with ``order="steer"``; dgmark runs it in
+    ``tests/test_schemes_conformance.py`` like every registered scheme."""
+    from sketchwm.testing.schemes import SCHEME_CHECKS
+
+    assert MaskedDiffusionSampler(steering_under_test.backend, {"temperature": 1.0},
+                                  steering_under_test.make()).steering
+    SCHEME_CHECKS[check](steering_under_test)
