@@ -12,10 +12,16 @@ and here, on the project's stand-ins (tiny random models with the real interface
     python benchmarks/real_dlm_smoke.py --backend llada --standin --scheme dmark
 
 Steps: ``--n-cal`` unwatermarked texts calibrate the detector (τ_N per length bin at ``--alpha``);
-``--n`` held-out prompts are generated without and with the watermark (the backend's own sampler
-settings, see README "Real DLM backends", plus ``--gen-length``/``--steps``); texts are cut at the
+``--n`` held-out prompts are generated without and with the watermark of ``--scheme`` (default
+``global-sketch``; the backend's own sampler settings, see README "Real DLM backends", plus
+``--gen-length``/``--steps``); texts are cut at the
 first EOS and those shorter than the scheme's minimum length are left out (counted). TPR is the
 detected fraction of watermarked texts, FPR that of held-out unwatermarked ones.
+
+``distinct_texts_base`` and ``mean_distinct_tokens_base`` say how much the unwatermarked texts vary:
+under greedy decoding a watermark that keeps the model's tokens (order steering: the default
+global sketch at T = 0, ``dgmark``) can only choose among the greedy texts the orders give, and a
+model whose greedy text is one repeated token leaves it nothing to choose.
 
 ``oracle_ppl_ratio`` = median oracle perplexity (SmolLM2-135M, ``sketchwm.oracle``) of watermarked
 over unwatermarked texts; null with ``--no-oracle`` and by default on stand-ins (their random
@@ -141,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
         "tpr": round(tpr, 4), "fpr": round(fpr, 4),
         "mean_length_wm": round(float(marked.lengths.float().mean()), 3),
         "mean_length_base": round(float(base.lengths.float().mean()), 3),
+        "distinct_texts_base": len({tuple(ids) for ids in base.token_lists()}),
+        "mean_distinct_tokens_base": round(statistics.fmean(len(set(ids)) for ids in base.token_lists()), 2),
         "oracle_ppl_ratio": None if ratio is None else round(ratio, 4),
         "backend": args.backend, "standin": bool(args.standin), "scheme": wm.scheme.name, "n": args.n, "n_cal": len(cal_ids),
         "gen_length": G, "steps": steps, "alpha": args.alpha, "seconds": round(time.time() - t0, 1),

@@ -209,21 +209,26 @@ class Watermarker:
 
         Returns:
             ``{"config": {"scheme": {name, params}, "backend": {name, params}, "sampler": {...}},
-            "model_id", "tokenizer", "key_fingerprint" (HMAC-derived, never the key), "watermarked",
-            "sketchwm_version", "seeds": {stage: seed}}``. Scheme params are the full validated
-            params (defaults filled in), the sampler the effective settings.
+            "order_steering" (whether the scheme steers the unmasking order at these settings),
+            "warnings" (one-line problems of the settings, e.g. a tilting scheme under greedy
+            decoding: :func:`sketchwm.engine.greedy_decoding_problem`), "model_id", "tokenizer",
+            "key_fingerprint" (HMAC-derived, never the key), "watermarked", "sketchwm_version",
+            "seeds": {stage: seed}}``. Scheme params are the full validated params (defaults filled
+            in), the sampler the effective settings.
         """
         from . import __version__
 
         scheme_params = self.scheme.params.model_dump(mode="json") if hasattr(self.scheme.params, "model_dump") \
             else dict(self.config.scheme.params)
-        sampler_cfg = self.sampler(watermark, **sampler_overrides).config.model_dump(mode="json")
+        sampler = self.sampler(watermark, **sampler_overrides)
         return {
             "config": {
                 "scheme": {"name": self.config.scheme.name, "params": scheme_params},
                 "backend": {"name": self.config.backend.name, "params": dict(self.config.backend.params)},
-                "sampler": sampler_cfg,
+                "sampler": sampler.config.model_dump(mode="json"),
             },
+            "order_steering": sampler.steering,
+            "warnings": list(sampler.warnings),
             "model_id": getattr(self.backend, "model_id", None),
             "tokenizer": self.backend.tokenizer_fingerprint,
             "key_fingerprint": self.key.fingerprint,

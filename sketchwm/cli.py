@@ -3,7 +3,9 @@
 One error path (:func:`main`): a failure caused by the user's input, files or environment prints
 one line on stderr (``sketchwm: error: <problem>: <fix>``) and exits with status 2, without a
 traceback; a bug prints its traceback and exits with status 1; ``--debug`` shows the traceback of
-every error. Outputs are written atomically (:func:`sketchwm.io.atomic_write`): a failure or an
+every error. A :class:`sketchwm.errors.SketchwmWarning` (e.g. a watermark that cannot act under
+greedy decoding) prints one line, ``sketchwm: warning: <problem>: <fix>``, and the run goes on;
+``sketchwm generate`` also records it in each record's provenance (``warnings``). Outputs are written atomically (:func:`sketchwm.io.atomic_write`): a failure or an
 interrupt never truncates an existing file. Keys are read from a file (``--key``) or the
 environment (``$SKETCHWM_KEY_FILE``, ``$SKETCHWM_KEY``), never from a secret on the command line.
 
@@ -17,11 +19,13 @@ its own (``sketchwm attack`` from the attack suite, ``sketchwm prior`` from the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
 import sys
 import time
+import warnings
 from typing import Any, Callable, NoReturn, Sequence
 
 from .errors import InputError, SketchwmError
@@ -441,7 +445,8 @@ def build_parser(argv: Sequence[str] | None = None, plugins: Sequence[Any] = ())
     g.add_argument("--steps", type=positive_int, help="denoising steps (default: the backend's)")
     g.add_argument("--block-length", type=positive_int, help="semi-autoregressive block length (default: the backend's)")
     g.add_argument("--temperature", type=nonneg_float, help="sampling temperature T >= 0 (0 = greedy)")
-    g.add_argument("--remasking", choices=["low_confidence", "random", "entropy"], help="which masked positions to commit first")
+    g.add_argument("--remasking", help="which masked positions to commit first: a registered remasking rule "
+                                       "(built in: low_confidence, random, entropy; default: the backend's)")
     g.add_argument("--batch-size", type=positive_int, default=16, help="prompts per forward batch (default 16)")
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     add_config_args(g)
@@ -503,6 +508,27 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
+@contextlib.contextmanager
+def _warnings_as_lines():
+    """The warning half of the error path: a :class:`sketchwm.errors.SketchwmWarning` (e.g. a watermark
+    that cannot act under greedy decoding) prints one line on stderr, ``sketchwm: warning: <problem>:
+    <fix>``, with no source location; other warnings keep Python's format. Restored on exit."""
+    from .errors import SketchwmWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", SketchwmWarning)  # the code that warns already warns once
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001 - warnings' signature
+            if issubclass(category, SketchwmWarning):
+                print(f"sketchwm: warning: {_one_line(message)}", file=sys.stderr)
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
+
+
 def main(argv: Sequence[str] | None = None, plugins: Sequence[Any] = ()) -> int:
     """Entry point of the ``sketchwm`` console script; returns the exit status.
 
@@ -516,13 +542,14 @@ def main(argv: Sequence[str] | None = None, plugins: Sequence[Any] = ()) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
-        parser = build_parser(argv, plugins)
-        try:
-            args = parser.parse_args(argv)
-        except SystemExit as exc:  # --help, --version, usage errors (exit 2)
-            return int(exc.code or 0) if not isinstance(exc.code, str) else 2
-        debug = bool(getattr(args, "debug", False))
-        return int(args.func(args) or 0)
+        with _warnings_as_lines():
+            parser = build_parser(argv, plugins)
+            try:
+                args = parser.parse_args(argv)
+            except SystemExit as exc:  # --help, --version, usage errors (exit 2)
+                return int(exc.code or 0) if not isinstance(exc.code, str) else 2
+            debug = bool(getattr(args, "debug", False))
+            return int(args.func(args) or 0)
     except SketchwmError as exc:
         if debug:
             import traceback

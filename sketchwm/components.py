@@ -1115,6 +1115,8 @@ class DenoiseStep:
         block: (start, end) of the block being decoded, in generation-region coordinates.
         mask_token_id: id of [MASK].
         generator: the sampler's torch.Generator (schemes should prefer keyed randomness).
+        temperature: the sampler's temperature T (0 = greedy), or None when the caller does not say
+            (a user's own sampling loop).
     """
 
     step: int
@@ -1127,6 +1129,7 @@ class DenoiseStep:
     block: tuple[int, int]
     mask_token_id: int
     generator: torch.Generator | None = None
+    temperature: float | None = None
 
 
 @dataclass
@@ -1158,9 +1161,12 @@ class WatermarkScheme(Component):
       * :meth:`sampling_uniforms` — keyed uniforms replacing the sampling noise, when :attr:`noise`
         is ``"keyed"`` (distortion-free schemes).
 
-    Which positions are committed is the sampler's remasking rule alone
-    (:class:`sketchwm.engine.RemaskingRule`); no scheme changes it, so random remasking can pick
-    the targets before any marginal is computed.
+    Which positions are committed is the sampler's remasking rule
+    (:class:`sketchwm.engine.RemaskingRule`), unless the scheme declares that it steers the order
+    (:meth:`steers_order`): then every eligible position of the block is a target and the engine
+    commits the k of highest :meth:`order_priority` (order as a watermark channel; it works under
+    greedy decoding, where a tilt cannot act). Otherwise random remasking can pick the targets
+    before any marginal is computed.
 
     Args:
         params: validated ``Params``.
@@ -1229,6 +1235,29 @@ class WatermarkScheme(Component):
         """Keyed uniforms in (0, 1) replacing the Gumbel noise of the target rows: (B, K, V) float32,
         or None (default). Called only when :attr:`noise` is ``"keyed"``, after :meth:`process_logits`."""
         return None
+
+    def steers_order(self, temperature: float) -> bool:
+        """Whether this scheme ranks the candidate positions at sampler temperature T (0 = greedy):
+        the engine then offers every eligible position of the block and commits the k of highest
+        :meth:`order_priority`. Asked once per sampler. Default: False (the remasking rule decides).
+        """
+        return False
+
+    def order_priority(self, step: DenoiseStep, x0: torch.Tensor, confidence: torch.Tensor) -> torch.Tensor:
+        """The priority of each target (higher = committed first): (B, K) float32; padding targets
+        are ignored. Called after the tokens are drawn, only when :meth:`steers_order` is True.
+
+        Args:
+            step: the step's state (the same object :meth:`process_logits` saw).
+            x0: (B, K) int64, the tokens drawn at the targets (the argmax at T = 0).
+            confidence: (B, K) float32, the remasking rule's own score of each target
+                (:meth:`sketchwm.engine.RemaskingRule.confidence`; zeros for ``random``), which a
+                scheme may keep as a tie-break or a base order.
+
+        Raises:
+            NotImplementedError: the default (a scheme that steers must implement it).
+        """
+        raise NotImplementedError(f"{self.display_name()} declares that it steers the order but has no order_priority")
 
     # -------------------------------------------------------------- detection
     # The one detection contract (shared with ScoreFunction.p_values / analytic_threshold):

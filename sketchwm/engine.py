@@ -18,7 +18,11 @@ positions per step (:func:`transfer_schedule`). At each step:
    the noise from the explicit ``torch.Generator`` (one ``rand`` of the candidates' shape) or the
    scheme's uniforms; T = 0 is greedy;
 5. the remasking rule keeps k candidates per text (``random``: all drawn; ``low_confidence``: the
-   highest p(x0); ``entropy``: the lowest entropy) and they are committed.
+   highest p(x0); ``entropy``: the lowest entropy) and they are committed. A scheme that steers the
+   order (:meth:`WatermarkScheme.steers_order`, e.g. the global sketch under greedy decoding, or
+   ``dgmark``) ranks the candidates instead (:meth:`WatermarkScheme.order_priority`); the rule
+   then offers every eligible position as a candidate. Remasking rules are plugins
+   (:class:`RemaskingRule`, hook ``sketchwm_register_remasking_rules``).
 
 With no scheme the sampler is the unwatermarked base model. Everything is vectorised over
 batch × positions × vocabulary; NaN/inf logits are caught in one place (:func:`check_logits`).
@@ -26,22 +30,24 @@ batch × positions × vocabulary; NaN/inf logits are caught in one place (:func:
 
 from __future__ import annotations
 
+import warnings
+import weakref
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Any, Literal, Sequence
 
 import torch
 from pydantic import Field, model_validator
 
-from .components import (DenoiseStep, DLMBackend, MarginalReads, Marginals, WatermarkScheme, packed_masked_positions,
-                         row_index)
+from .components import (Component, DenoiseStep, DLMBackend, MarginalReads, Marginals, WatermarkScheme,
+                         packed_masked_positions, row_index)
 from .config import StrictModel, validate_params
-from .errors import ConfigError, InputError
+from .errors import ConfigError, GreedyDecodingWarning, InputError
 
 __all__ = [
     "SamplerConfig", "MaskedDiffusionSampler", "GenerationOutput", "transfer_schedule", "packed_masked_positions",
     "sample_tokens", "check_logits", "Canvas", "MarginalSource", "FullCanvasMarginals", "RefreshedMarginals",
     "IncrementalMarginals",
-    "RemaskingRule", "RandomRemasking", "LowConfidenceRemasking", "EntropyRemasking",
+    "RemaskingRule", "greedy_decoding_problem",
 ]
 
 
@@ -55,7 +61,8 @@ class SamplerConfig(StrictModel):
         temperature: Gumbel-max temperature T (0 = greedy argmax), applied to the tilted logits: the
             sampled distribution is ∝ (p·e^{η g})^{1/T}, i.e. the tempered model tilted by η/T.
         top_p: nucleus filter on the tempered, tilted marginals (1.0 = off), as Dream applies it.
-        remasking: which masked positions to commit first.
+        remasking: which masked positions to commit first: a registered remasking rule
+            (:class:`RemaskingRule`; built in: ``random``, ``low_confidence``, ``entropy``).
         stop_at_eos: cut each text at the first EOS token.
         marginal_refresh: how often the LM head runs on every masked row for a scheme that reads
             them all (``MarginalReads.masked()``, the global sketch's Σ_{i∈M_t} of eq. 5). ``1``:
@@ -80,7 +87,7 @@ class SamplerConfig(StrictModel):
     steps: int = Field(64, ge=1)
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    remasking: Literal["low_confidence", "random", "entropy"] = "random"
+    remasking: str = Field("random", min_length=1)
     stop_at_eos: bool = True
     marginal_refresh: int | Literal["auto", "block", "once"] = "auto"
 
@@ -349,80 +356,60 @@ class RefreshedMarginals(MarginalSource):
 
 
 # ------------------------------------------------------------------ remasking rules
-class RemaskingRule:
-    """Which masked positions of the block are committed at a step (LLaDA's remasking strategies).
+class RemaskingRule(Component):
+    """Which masked positions of the block are committed at a step (LLaDA's remasking strategies):
+    a registered plugin kind (``remasking``, hook ``sketchwm_register_remasking_rules``); the
+    built-in ``random``, ``low_confidence`` and ``entropy`` are registered like any other.
 
     :meth:`candidates` picks the target rows before the marginals are computed; :meth:`choose`
-    keeps ``k`` of them per text once the tokens are drawn.
+    keeps ``k`` of them per text once the tokens are drawn, ranking them by :meth:`confidence`, or
+    by the priority of a scheme that steers the order (:meth:`WatermarkScheme.steers_order`).
+
+    Args:
+        params: the rule's ``Params`` (none for the built-in rules).
     """
 
-    def candidates(self, eligible: torch.Tensor, k: torch.Tensor,
-                   generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    kind = "remasking"
+
+    def __init__(self, params: Any = None, **resources: Any):
+        self.params = self.parse_params(params)
+
+    def candidates(self, eligible: torch.Tensor, k: torch.Tensor, generator: torch.Generator,
+                   steered: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """eligible (B, G) bool (masked positions of the block), k (B,) int64 tokens to commit →
         targets (B, K) int64 distinct positions and valid (B, K) bool; K = 0 when nothing is committed.
-        Default (confidence rules): every eligible position, in increasing order."""
+
+        ``steered``: a scheme ranks the candidates (:meth:`choose` gets its priority), so every
+        eligible position must be a candidate. Default (confidence rules): every eligible position,
+        in increasing order."""
         if int(k.max()) == 0:
             return torch.zeros((eligible.shape[0], 0), dtype=torch.long, device=eligible.device), torch.zeros(
                 (eligible.shape[0], 0), dtype=torch.bool, device=eligible.device)
         return packed_masked_positions(eligible)
 
     def confidence(self, logits: torch.Tensor, scaled: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
-        """(B, K) float32 score of each candidate: the k highest are committed."""
+        """(B, K) float32 score of each candidate: the k highest are committed (logits (B, K, V) tilted,
+        scaled (B, K, V) tempered and filtered, x0 (B, K) int64 draws).
+
+        Raises:
+            NotImplementedError: the base class (a rule implements it, or overrides :meth:`choose`).
+        """
         raise NotImplementedError
 
     def choose(self, logits: torch.Tensor, scaled: torch.Tensor, x0: torch.Tensor, valid: torch.Tensor,
-               k: torch.Tensor) -> torch.Tensor:
-        """(B, K) bool, the candidates committed: the k[b] most confident valid ones.
+               k: torch.Tensor, priority: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, K) bool, the candidates committed: the k[b] valid ones of highest ``priority``, or of
+        highest :meth:`confidence` when no scheme steers the order (``priority`` None).
 
         Args:
             logits: (B, K, V) tilted logits; scaled: the tempered, filtered ones; x0: (B, K) draws;
-            valid: (B, K) bool; k: (B,) int64.
+            valid: (B, K) bool; k: (B,) int64; priority: (B, K) float32 or None.
         """
-        conf = torch.where(valid, self.confidence(logits, scaled, x0), float("-inf"))
+        score = priority if priority is not None else self.confidence(logits, scaled, x0)
+        conf = torch.where(valid, score, float("-inf"))
         order = torch.argsort(conf, dim=1, descending=True)  # (B, K)
         rank = torch.empty_like(order).scatter_(1, order, torch.arange(order.shape[1], device=order.device).expand_as(order))
         return (rank < k[:, None]) & valid
-
-
-class RandomRemasking(RemaskingRule):
-    """``random``: k positions uniformly at random, drawn before the marginals (one (B, G) ``torch.rand``)."""
-
-    def candidates(self, eligible: torch.Tensor, k: torch.Tensor,
-                   generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-        """The k[b] sampled positions (B, max k) and their validity; see :meth:`RemaskingRule.candidates`."""
-        conf = torch.rand(eligible.shape, generator=generator, device=eligible.device)
-        conf = torch.where(eligible, conf, torch.full_like(conf, float("-inf")))
-        kmax = int(k.max())
-        targets = conf.topk(kmax, dim=1).indices  # (B, kmax)
-        return targets, torch.arange(kmax, device=k.device)[None, :] < k[:, None]
-
-    def choose(self, logits: torch.Tensor, scaled: torch.Tensor, x0: torch.Tensor, valid: torch.Tensor,
-               k: torch.Tensor) -> torch.Tensor:
-        """Every valid candidate (they were drawn k per text)."""
-        return valid
-
-
-class LowConfidenceRemasking(RemaskingRule):
-    """``low_confidence`` (LLaDA): commit the draws of highest probability under the untempered
-    (nucleus-filtered) marginal."""
-
-    def confidence(self, logits: torch.Tensor, scaled: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
-        """p(x0) (B, K) float32."""
-        kept = logits.masked_fill(torch.isinf(scaled), float("-inf"))  # the nucleus, as in the draw
-        return torch.log_softmax(kept, dim=-1).gather(-1, x0[..., None]).squeeze(-1).exp().float()
-
-
-class EntropyRemasking(RemaskingRule):
-    """``entropy`` (Dream): commit the rows of lowest entropy of the tempered, filtered marginal."""
-
-    def confidence(self, logits: torch.Tensor, scaled: torch.Tensor, x0: torch.Tensor) -> torch.Tensor:
-        """−entropy (B, K) float32."""
-        logp = torch.log_softmax(scaled, dim=-1)  # (B, K, V)
-        return (logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1).float()
-
-
-REMASKING: dict[str, type[RemaskingRule]] = {
-    "random": RandomRemasking, "low_confidence": LowConfidenceRemasking, "entropy": EntropyRemasking}
 
 
 class MaskedDiffusionSampler:
@@ -437,13 +424,23 @@ class MaskedDiffusionSampler:
             (:class:`MarginalSource`, or :class:`IncrementalMarginals` / :class:`RefreshedMarginals`
             under an amortised ``marginal_refresh``);
             e.g. :class:`FullCanvasMarginals` as a reference.
+        registry: where the ``remasking`` rule is looked up (default: the installed plugins).
+
+    Attributes:
+        steering: whether the scheme steers the order at this temperature
+            (:meth:`WatermarkScheme.steers_order`): it then ranks every eligible position.
+        warnings: one-line problems of this configuration (:func:`greedy_decoding_problem`), also
+            raised once per scheme as :class:`GreedyDecodingWarning`; ``Watermarker.provenance``
+            records them.
 
     Raises:
         ConfigError: invalid sampler settings, or prompt + gen_length beyond ``backend.max_length``.
+        RegistryError: an unknown remasking rule (with close matches).
     """
 
     def __init__(self, backend: DLMBackend, config: "SamplerConfig | dict | None" = None,
-                 scheme: WatermarkScheme | None = None, marginal_source: type[MarginalSource] | None = None):
+                 scheme: WatermarkScheme | None = None, marginal_source: type[MarginalSource] | None = None,
+                 registry: Any = None):
         self.backend = backend
         if isinstance(config, SamplerConfig):
             cfg = config
@@ -458,7 +455,17 @@ class MaskedDiffusionSampler:
                 f"scheme '{scheme.name}' was built for a vocabulary of {scheme.vocab_size} ids but backend "
                 f"'{backend.name}' has {backend.vocab_size}"
             )
-        self.remasking = REMASKING[cfg.remasking]()
+        if registry is None:
+            from .registry import get_registry
+
+            registry = get_registry()
+        self.remasking: RemaskingRule = registry.build("remasking", cfg.remasking)
+        self.steering = scheme is not None and bool(scheme.steers_order(cfg.temperature))
+        problem = greedy_decoding_problem(scheme, cfg.temperature, self.steering)
+        self.warnings: list[str] = [problem] if problem else []
+        if problem and scheme not in _WARNED:  # once per scheme object (a Watermarker's many samplers share it)
+            _WARNED.add(scheme)
+            warnings.warn(problem, GreedyDecodingWarning, stacklevel=2)
         V = backend.vocab_size
         banned = torch.tensor(sorted(set(backend.banned_token_ids) | {backend.mask_token_id}), dtype=torch.long)
         banned = banned[banned < V].to(backend.device)
@@ -559,15 +566,17 @@ class MaskedDiffusionSampler:
             schedule = transfer_schedule(canvas.masked[:, b0:b0 + L].sum(1), block_steps)  # (B, S) tokens to commit
             for s in range(block_steps):
                 k = schedule[:, s]  # (B,)
-                targets, valid = self.remasking.candidates(canvas.masked & in_block, k, generator)  # (B, K)
+                targets, valid = self.remasking.candidates(canvas.masked & in_block, k, generator,
+                                                           self.steering)  # (B, K)
                 if targets.shape[1]:
                     refresh = self._refresh_due(step, s, in_block)
                     marginals = self.source.marginals(canvas, self.reads, targets, valid, step, refresh)
                     state = DenoiseStep(step, cfg.steps, canvas.tokens, canvas.masked, marginals, canvas.prompt_ids,
-                                        canvas.prompt_mask, block, canvas.mask_token_id, generator)
+                                        canvas.prompt_mask, block, canvas.mask_token_id, generator, cfg.temperature)
                     logits, uniforms = self._scheme_hooks(state)  # (B, K, V), (B, K, V) or None
                     x0, scaled = sample_tokens(logits, uniforms, generator, cfg.temperature, cfg.top_p)  # (B, K)
-                    canvas.commit(targets, x0, self.remasking.choose(logits, scaled, x0, valid, k))
+                    priority = self._order_priority(state, logits, scaled, x0)  # (B, K) or None
+                    canvas.commit(targets, x0, self.remasking.choose(logits, scaled, x0, valid, k, priority))
                 step += 1
             if bar is not None:
                 bar.update(block_steps)
@@ -598,6 +607,14 @@ class MaskedDiffusionSampler:
         check_logits(logits, state.marginals.target_valid, f"scheme '{self.scheme.name}'", state.step)
         return logits, self.scheme.sampling_uniforms(state) if self.scheme.noise == "keyed" else None
 
+    def _order_priority(self, state: DenoiseStep, logits: torch.Tensor, scaled: torch.Tensor,
+                        x0: torch.Tensor) -> torch.Tensor | None:
+        """The steering scheme's priority of the candidates (B, K) float32, given the rule's own
+        confidence (:meth:`WatermarkScheme.order_priority`); None when no scheme steers the order."""
+        if not self.steering:
+            return None
+        return self.scheme.order_priority(state, x0, self.remasking.confidence(logits, scaled, x0))
+
     def _output(self, canvas: Canvas, prompt_texts: list[str]) -> GenerationOutput:
         """Lengths up to the first EOS (``stop_at_eos``) and the decoded texts."""
         gen, be = canvas.tokens, self.backend
@@ -608,6 +625,28 @@ class MaskedDiffusionSampler:
             lengths = torch.where(is_eos.any(1), is_eos.float().argmax(1), lengths)
         texts = [be.decode(gen[b, : int(lengths[b])].tolist()) for b in range(B)]
         return GenerationOutput(ids=gen.cpu(), lengths=lengths.cpu(), texts=texts, prompts=prompt_texts)
+
+
+#: schemes already warned about (:func:`greedy_decoding_problem`), so a run warns once
+_WARNED: "weakref.WeakSet[WatermarkScheme]" = weakref.WeakSet()
+
+
+def greedy_decoding_problem(scheme: WatermarkScheme | None, temperature: float, steering: bool) -> str | None:
+    """The one-line problem, with its fix, of a scheme whose embedding can barely act at ``temperature``:
+    under greedy decoding (T = 0) keyed sampling noise is never drawn, and a tilt of the marginals
+    changes a token only where it overturns the argmax (the global sketch's tilt alone: median z 0.81
+    and no text detected at 1% FPR on the LLaDA stand-in with LLaDA's greedy settings).
+    None when there is no scheme, T > 0, or the scheme steers the order (the order is its channel).
+    """
+    if scheme is None or temperature > 0.0 or steering:
+        return None
+    how = "replaces the sampling noise, which greedy decoding never draws, so its texts carry no watermark" \
+        if scheme.noise == "keyed" else \
+        "tilts the marginals, and greedy decoding keeps a tilted token only where the tilt overturns the argmax, " \
+        "so its watermark may be weak or absent"
+    return (f"scheme '{scheme.name}' at temperature 0 (greedy decoding) {how}: sample at temperature > 0 "
+            "(e.g. --temperature 0.7), or use an order-steering scheme (global-sketch with order 'auto' or "
+            "'steer', or dgmark)")
 
 
 def _progress_bar(total: int):

@@ -15,6 +15,8 @@ __all__ = [
     "RegistryError",
     "CalibrationError",
     "ModelFileError",
+    "SketchwmWarning",
+    "GreedyDecodingWarning",
 ]
 
 
@@ -52,3 +54,15 @@ class CalibrationError(SketchwmError, ValueError):
 
 class ModelFileError(SketchwmError, OSError):
     """A model weight/config file is missing, corrupted, or does not match its configuration."""
+
+
+class SketchwmWarning(UserWarning):
+    """Base class of sketchwm's user-facing warnings: the CLI prints each as one line on stderr
+    (``sketchwm: warning: <problem>: <fix>``) and ``sketchwm generate`` records it in the output's
+    provenance."""
+
+
+class GreedyDecodingWarning(SketchwmWarning):
+    """A watermark whose embedding cannot act at the sampler's temperature: a scheme that tilts the
+    marginals, or replaces the sampling noise, run under greedy decoding (T = 0), where the argmax
+    hides the tilt and no noise is drawn. The text is then (almost) unwatermarked."""

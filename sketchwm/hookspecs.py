@@ -49,6 +49,19 @@ def sketchwm_register_schemes() -> list[type]:
     """Return :class:`sketchwm.components.WatermarkScheme` subclasses (the sketch watermark, baselines)."""
 
 
+# ---------------------------------------------------------------- sampling
+@hookspec
+def sketchwm_register_remasking_rules() -> list[type]:
+    """Return :class:`sketchwm.engine.RemaskingRule` subclasses: which masked positions the sampler
+    commits at each step (LLaDA's ``low_confidence`` and ``random``, Dream's ``entropy``, ...).
+
+    The sampler setting ``remasking`` names one of them. Results of all plugins are concatenated;
+    a name registered twice is an error. A watermark scheme that steers the order
+    (:meth:`sketchwm.components.WatermarkScheme.steers_order`) ranks the rule's candidates with its
+    own priority, so every registered rule works with order-steering schemes.
+    """
+
+
 # ---------------------------------------------------------------- adversarial benchmark
 @hookspec
 def sketchwm_register_attacks() -> list[type]:

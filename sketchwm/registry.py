@@ -17,6 +17,7 @@ import pluggy
 from .components import Attack, Component, DLMBackend, ScoreFunction, Sketch, WatermarkScheme
 from .bench.metric import Metric
 from .context import BuildContext
+from .engine import RemaskingRule
 from .errors import RegistryError
 from .plugin_index import ENTRY_POINT_GROUP, get_plugin_manager
 
@@ -30,6 +31,7 @@ KINDS: dict[str, tuple[str, type[Component]]] = {
     "scheme": ("sketchwm_register_schemes", WatermarkScheme),
     "attack": ("sketchwm_register_attacks", Attack),
     "metric": ("sketchwm_register_metrics", Metric),
+    "remasking": ("sketchwm_register_remasking_rules", RemaskingRule),
 }
 
 
@@ -64,7 +66,8 @@ class Registry:
             self._by_kind[kind] = table
 
     def names(self, kind: str) -> list[str]:
-        """Sorted registered names of ``kind`` ("sketch", "score", "backend", "scheme", "attack", "metric")."""
+        """Sorted registered names of ``kind`` ("sketch", "score", "backend", "scheme", "attack", "metric",
+        "remasking")."""
         return sorted(self._table(kind))
 
     def get(self, kind: str, name: str) -> type[Component]:

@@ -49,12 +49,18 @@ class LogitsTilter:
             still inside the text, and EOS is never tilted (see ``WatermarkScheme.set_stop_token``).
 
     Raises:
-        ConfigError: the scheme supplies the sampling noise (``noise == "keyed"``); vocabulary mismatch.
+        ConfigError: the scheme supplies the sampling noise (``noise == "keyed"``) or steers the
+            unmasking order at every temperature (``dgmark``; a global sketch with ``order="steer"``:
+            a hook sees logits, not the order; the default global sketch tilts here, at any
+            temperature); vocabulary mismatch.
     """
 
     def __init__(self, scheme: WatermarkScheme, backend: DLMBackend, steps: int, stop_at_eos: bool = True):
         if scheme.noise != "sampler":
             raise ConfigError(f"scheme '{scheme.name}' replaces the sampling noise; "
+                              "use sketchwm's engine (Watermarker.generate) for it")
+        if scheme.steers_order(1.0):
+            raise ConfigError(f"scheme '{scheme.name}' steers the unmasking order, which a logits hook cannot do; "
                               "use sketchwm's engine (Watermarker.generate) for it")
         if scheme.vocab_size != backend.vocab_size:
             raise ConfigError(f"scheme vocabulary {scheme.vocab_size} != backend vocabulary {backend.vocab_size}")

@@ -13,7 +13,9 @@ from sketchwm.testing import tiny_masked_lm, tiny_tokenizer
 from sketchwm.testing.standins import save_standin, standin_backend
 from sketchwm.userloop import LogitsTilter, dream_logits_hook
 
-SCHEME = {"scheme": {"name": "global-sketch", "params": {"prior": {"source": "uniform"}, "delta": 2.0}}}
+#: the tilt at every temperature (order "off"): the user-loop tests compare tilts under greedy decoding,
+#: where the default global sketch would steer the order instead (which a user loop cannot do)
+SCHEME = {"scheme": {"name": "global-sketch", "params": {"prior": {"source": "uniform"}, "delta": 2.0, "order": "off"}}}
 KEY = WatermarkKey(b"u" * 32)
 
 

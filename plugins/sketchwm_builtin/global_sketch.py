@@ -278,6 +278,11 @@ class GlobalSketchParams(StrictModel):
             (:mod:`sketchwm.marginal_sums`); the tokens above ε somewhere are computed exactly.
             0 is the exact dense computation. Measured effect on the default model: README,
             "Speed".
+        order: the unmasking order as a second channel (:meth:`GlobalSketchScheme.order_priority`).
+            ``auto`` (default): under greedy decoding (T = 0), where the tilt cannot act, steer the
+            order and leave the marginals untilted (the text is the model's own greedy text, written
+            in another order); at T > 0 tilt only. ``steer``: steer at every temperature (at T > 0
+            together with the tilt). ``off``: tilt only (at T = 0 the sampler warns).
     """
 
     sketch: ComponentSpec = ComponentSpec(
@@ -293,6 +298,7 @@ class GlobalSketchParams(StrictModel):
     p_value: Literal["exact", "bound", "uniform-bound", "normal", "monte-carlo"] = "exact"
     min_tokens: int = Field(16, ge=1)
     tail_epsilon: float = Field(1e-3, ge=0, lt=0.5)
+    order: Literal["auto", "steer", "off"] = "auto"
 
 
 @dataclass
@@ -474,6 +480,7 @@ class GlobalSketchScheme(WatermarkScheme):
         self._log1m_pi = torch.log1p(-pi).to(self.device)  # (V,) float64
         self._c_u: torch.Tensor | None = None  # (V,) float64 ⟨u, φ(v)⟩, built on first detection
         self._running: _RunningSums | None = None  # the statistic over M_t between refreshes (incremental reads)
+        self._priority: tuple[int, torch.Tensor] | None = None  # (step, (B, K, V) priority table) when steering
 
     @classmethod
     def from_context(cls, params: Any, context: BuildContext) -> "GlobalSketchScheme":
@@ -529,6 +536,7 @@ class GlobalSketchScheme(WatermarkScheme):
         length of the cut text instead, recomputed at every step)."""
         self._n_total = gen_length
         self._running = None
+        self._priority = None
 
     def _softmax_into_buffer(self, logits: torch.Tensor) -> torch.Tensor:
         """softmax(logits, -1) written into a buffer reused across steps (no fresh (B, G, V) allocation,
@@ -722,14 +730,22 @@ class GlobalSketchScheme(WatermarkScheme):
         """
         b0, b1 = step.block
         n_blocks = max(1, step.tokens.shape[1] // max(1, b1 - b0))
+        steer = step.temperature is not None and self.steers_order(step.temperature)
         s = self.params.delta * self.schedule_weight(self.denoising_time(step), step.total_steps // n_blocks)  # (B,)
-        if not bool((s > 0).any()):  # no tilt; the running statistic still follows the steps (incremental reads)
+        if steer and step.temperature == 0.0:  # greedy: the order carries the watermark, the marginals stay the model's
+            s = torch.zeros_like(s)
+        self._priority = None
+        if not steer and not bool((s > 0).any()):  # no tilt; the running statistic still follows the steps
             if step.marginals.complete:
                 self._running = _RunningSums.start(step.marginals, step.masked) if step.marginals.incremental_follows else None
             elif self.stop_token_id is None:
                 self._masked_sums(step.marginals, step.masked)
             return step.marginals.target_logits()
         parts = self._tilt_parts(step.marginals, step.tokens, step.masked)
+        if steer:  # before the tilt writes the target rows
+            self._priority = (step.step, self._priority_table(step.marginals, parts))
+        if not bool((s > 0).any()):
+            return step.marginals.target_logits()
         with serial_on_cpu(parts.factor.device):
             eta = s * parts.n_hat.sqrt()  # (B,) η_t
         eos = self.stop_token_id
@@ -747,6 +763,46 @@ class GlobalSketchScheme(WatermarkScheme):
         shift = torch.logsumexp(logits, -1) - lse_before  # log of the content tilt's normaliser
         logits[..., eos] = eos_logit + torch.where(torch.isfinite(shift), shift, torch.zeros_like(shift))
         return logits
+
+    # ------------------------------------------------------------------ order steering
+    def steers_order(self, temperature: float) -> bool:
+        """``order`` = ``steer``, or ``auto`` under greedy decoding (T = 0): see :class:`GlobalSketchParams`."""
+        return self.params.order == "steer" or (self.params.order == "auto" and temperature == 0.0)
+
+    def _priority_table(self, marginals: Marginals, parts: "_TiltParts") -> torch.Tensor:
+        """π_i(v) = log p_i(v) + η·(a_i(v) − Σ_w p_i(w) a_i(w)) at the target rows: (B, K, V) float32,
+        η = δ·√n̂ (:meth:`order_priority`). Reads the untilted target rows (call before the tilt)."""
+        logits = marginals.at_target_rows(marginals.logits)  # (B, K, V) untilted
+        B, K, V = logits.shape
+        a = parts.apply(torch.zeros_like(logits), torch.ones(B, dtype=logits.dtype, device=logits.device))  # (B, K, V)
+        logp = torch.log_softmax(logits, dim=-1)  # (B, K, V)
+        gain = a - (logp.exp() * a).sum(-1, keepdim=True)  # (B, K, V): first-order change of ½S on committing v
+        with serial_on_cpu(logits.device):
+            eta = self.params.delta * parts.n_hat.sqrt()  # (B,)
+        return logp.add_(gain.mul_(eta[:, None, None]))
+
+    def order_priority(self, step: DenoiseStep, x0: torch.Tensor, confidence: torch.Tensor) -> torch.Tensor:
+        """Steer the unmasking order with the residual gradient of eq. 6 read as a ranking: (B, K) float32.
+
+        Committing token v at masked row i moves p_i to the one-hot of v; to first order the expected
+        score ½S(ĥ) changes by g_i(v) = a_i(v) − Σ_w p_i(w) a_i(w), a the residual gradient
+        (:meth:`marginal_gradient`). The priority of target i with drawn token x0_i is
+
+            π_i = log p_i(x0_i) + η·g_i(x0_i),   η = δ·√n̂,
+
+        the model's confidence in the token (LLaDA's low-confidence order, in log form) plus the
+        score gain on the tilt's logit scale: to first order, log p̃_i(x0_i) of the tilted marginal
+        (eq. 7), so δ is the strength of both channels, δ = 0 gives the low-confidence order, and a
+        large δ commits first the positions whose token most increases the expected score. The
+        tokens themselves are the sampler's (the argmax at T = 0); detection is unchanged (the
+        sketch does not depend on the order the text was written in). The rule's ``confidence`` is
+        not used (π replaces it).
+        """
+        if self._priority is None or self._priority[0] != step.step:
+            raise InputError("order_priority needs process_logits of the same step first")
+        table = self._priority[1]  # (B, K, V)
+        self._priority = None
+        return table.gather(-1, x0[..., None]).squeeze(-1)  # (B, K)
 
     # ------------------------------------------------------------------ detection
     def token_weights(self) -> torch.Tensor:
