@@ -935,6 +935,9 @@ class GlobalSketchScheme(WatermarkScheme):
             NotImplementedError: no closed form (key-randomised null on a sketch without the geometry).
         """
         if self.null != "background":
+            if getattr(self.score_fn, "threshold_needs_geometry", False) and not getattr(self.sketch, "count_geometry", False):
+                raise NotImplementedError(f"score '{self.score_fn.name}' has no analytic threshold on sketch "
+                                          f"'{self.sketch.name}' (it declares no count-sketch geometry)")
             return self.score_fn.analytic_threshold(alpha, n_tokens)
         check_alpha(alpha)
         g0 = self._null_pairs()[0]
