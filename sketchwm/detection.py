@@ -65,7 +65,10 @@ class DetectionResult:
         threshold: (B,) float64, threshold applied to ``score`` (per length bin when calibrated).
         is_watermarked: (B,) bool, the one decision rule (:meth:`Detector.decide`): ``score > τ_N``
             (calibrated) and ``score >= τ_α`` (analytic), or ``p_value <= alpha`` with neither.
-        n_tokens: (B,) int64, tokens scored.
+        n_tokens: (B,) int64, the text's length in tokens (what ``min_tokens`` and the calibration's
+            length bins apply to).
+        n_scored: (B,) int64, the tokens that entered the statistic (``SchemeScores.n_scored``: for
+            the presence sketch the distinct kept tokens, far fewer than the length), or None.
         threshold_source: ``"max(calibrated, analytic)"``, ``"calibrated"`` (schemes without a
             closed-form threshold), ``"analytic"``, or ``"p-value"`` (no closed form, no calibration:
             the decision is ``p_value <= alpha``); see :meth:`Detector.decide`.
@@ -90,6 +93,7 @@ class DetectionResult:
     tau_analytic: torch.Tensor | None = None
     tau_calibrated: torch.Tensor | None = None
     provenance: dict[str, Any] | None = None
+    n_scored: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.score.shape[0])
@@ -160,7 +164,8 @@ class DetectionResult:
             if ok[i]:
                 rec = {"score": float(self.score[i]), "z": float(self.z[i]), "p_value": float(self.p_value[i]),
                        "threshold": float(self.threshold[i]), "is_watermarked": bool(self.is_watermarked[i]),
-                       "n_tokens": int(self.n_tokens[i]), **base, **self.explain(i)}
+                       "n_tokens": int(self.n_tokens[i]),
+                       "n_scored": None if self.n_scored is None else int(self.n_scored[i]), **base, **self.explain(i)}
             else:
                 rec = {"score": None, "z": None, "p_value": None, "threshold": None, "is_watermarked": None,
                        "n_tokens": int(self.n_tokens[i]), **base, "error": self.errors[i]}
@@ -433,9 +438,12 @@ class Detector:
 
         A (B, N) int64 tensor (every entry a token) goes to :meth:`detect_batch`.
 
+        The minimum-length rule applies to the text's length in tokens (``n_tokens``), not to the
+        number of tokens the statistic scores (``n_scored``).
+
         Raises:
             InputError: no texts; without ``per_item``, an empty or too-short text (fewer than
-                ``scheme.min_tokens`` tokens) or ids outside [0, V).
+                ``scheme.min_tokens`` tokens of text) or ids outside [0, V).
         """
         if torch.is_tensor(id_lists):  # a pre-tokenised (B, N) batch, every entry a token
             return self.detect_batch(id_lists)
@@ -451,7 +459,7 @@ class Detector:
         good = [i for i in range(B) if errors[i] is None]
         score = torch.full((B,), float("nan"), dtype=torch.float64)
         z, p = score.clone(), score.clone()
-        n = torch.tensor([len(x) for x in id_lists], dtype=torch.long)
+        n_scored = torch.zeros(B, dtype=torch.long)
         method = ""
         bar = None
         if progress:
@@ -465,7 +473,7 @@ class Detector:
             s = self.scheme.score_ids(ids, valid)
             idx = torch.tensor(sel, dtype=torch.long)
             score[idx], z[idx], p[idx] = s.score.cpu().double(), s.z.cpu().double(), s.p_value.cpu().double()
-            n[idx] = s.n_scored.cpu().long()
+            n_scored[idx] = s.n_scored.cpu().long()
             method = s.p_value_method
             if bar is not None:
                 bar.update(len(sel))
@@ -477,9 +485,9 @@ class Detector:
         decide = decide & torch.tensor([e is None for e in errors], dtype=torch.bool)
         return DetectionResult(
             score=score, z=z, p_value=p, threshold=thr, is_watermarked=decide,
-            n_tokens=n, threshold_source=source, alpha=self.alpha, key_fingerprint=self.key_fingerprint,
+            n_tokens=lengths, threshold_source=source, alpha=self.alpha, key_fingerprint=self.key_fingerprint,
             scheme=self.scheme.name, p_value_method=method, errors=errors if per_item else None,
-            tau_analytic=analytic, tau_calibrated=calibrated,
+            tau_analytic=analytic, tau_calibrated=calibrated, n_scored=n_scored,
         )
 
     def detect_batch(self, ids: torch.Tensor, valid: torch.Tensor | None = None) -> DetectionResult:
@@ -512,13 +520,13 @@ class Detector:
             i, j = (int(t) for t in bad.nonzero()[0])
             raise InputError(f"text {i} has token id {int(ids[i, j])} outside the vocabulary [0, {V})")
         s = self.scheme.score_ids(ids, valid)
-        n = s.n_scored.cpu()
         analytic, calibrated = self.thresholds(lengths.cpu())
         thr, source, decide = self.decide(s.score.cpu(), s.p_value.cpu(), lengths.cpu(), (analytic, calibrated))
         return DetectionResult(
             score=s.score.cpu(), z=s.z.cpu(), p_value=s.p_value.cpu(), threshold=thr, is_watermarked=decide,
-            n_tokens=n, threshold_source=source, alpha=self.alpha, key_fingerprint=self.key_fingerprint,
+            n_tokens=lengths.cpu(), threshold_source=source, alpha=self.alpha, key_fingerprint=self.key_fingerprint,
             scheme=self.scheme.name, p_value_method=s.p_value_method, tau_analytic=analytic, tau_calibrated=calibrated,
+            n_scored=s.n_scored.cpu().long(),
         )
 
 

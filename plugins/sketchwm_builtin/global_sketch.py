@@ -285,7 +285,8 @@ class GlobalSketchParams(StrictModel):
             valid whenever the background model's mean for this key is off by at most β standard
             deviations (domain shift; see the module doc for how β = 0.5 was set).
         p_value: p-value method under ``null="key-randomised"`` (``exact``: characteristic function + FFT).
-        min_tokens: shortest text the detector accepts.
+        min_tokens: shortest text the detector accepts, in tokens of text (its length, not the number
+            of distinct tokens the statistic scores, ``n_scored``).
         tail_epsilon: ε of the embedding step's tail linearisation (``presence``; issue 15): tokens
             whose probability is below ε at every masked row use log(1 − p) ≈ −p in the expected
             sketch and 1/(1 − p) ≈ 1 in the tilt, so a moves by at most a relative ε/(1 − ε)
