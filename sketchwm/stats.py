@@ -10,6 +10,9 @@ Every scheme's detector and every benchmark calls these functions instead of re-
   paper, §5.2): exact :func:`rademacher_sum_pvalue` (characteristic function + inverse FFT), the
   :func:`chernoff_pvalue` bound, the Hoeffding bound :func:`hoeffding_pvalue` (eq. 17) and its
   inverse :func:`hoeffding_threshold`.
+* **Weighted Bernoulli sums** X = Σ_i g_i B_i with integer g_i (the fixed-key background null of the
+  presence sketch): :func:`bernoulli_sum_tail`, the exact law as a :class:`LatticeTail` (FFT of the
+  characteristic function on a bounded window, error bounds added; Chernoff far in the tail).
 * **Resampling**: :func:`permutation_pvalue` ((1 + #{null at least as extreme}) / (1 + P)).
 * **Standardisation**: :func:`standardise` (z = (T − μ)/σ).
 * **Scores and thresholds**: :func:`scores_from_log_p` (``score`` = −log10 p) with its exact
