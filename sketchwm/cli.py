@@ -316,12 +316,14 @@ def cmd_detect(args: argparse.Namespace) -> int:
             sys.stdout.write("".join(json.dumps({"index": i, **r}) + "\n" for i, r in enumerate(rows, start)))
         else:
             if start == 0:
-                print(f"{'#':>4} {'tokens':>6} {'score':>10} {'z':>7} {'p-value':>10} {'threshold':>10}  decision")
+                print(f"{'#':>4} {'tokens':>6} {'scored':>6} {'score':>10} {'z':>7} {'p-value':>10} {'threshold':>10}  "
+                      "decision   (tokens: text length; scored: tokens in the statistic)")
             for i, r in enumerate(rows, start):
                 if r["status"] != "ok":
-                    print(f"{i:>4} {r['n_tokens']:>6} {'-':>10} {'-':>7} {'-':>10} {'-':>10}  not scored: {r['error']}")
+                    print(f"{i:>4} {r['n_tokens']:>6} {'-':>6} {'-':>10} {'-':>7} {'-':>10} {'-':>10}  not scored: {r['error']}")
                     continue
-                print(f"{i:>4} {r['n_tokens']:>6} {r['score']:>10.3f} {r['z']:>7.2f} {r['p_value']:>10.2e} "
+                scored = "-" if r.get("n_scored") is None else r["n_scored"]
+                print(f"{i:>4} {r['n_tokens']:>6} {scored:>6} {r['score']:>10.3f} {r['z']:>7.2f} {r['p_value']:>10.2e} "
                       f"{r['threshold']:>10.3f}  {'WATERMARKED' if r['is_watermarked'] else 'not watermarked'}")
                 if r.get("explanation"):
                     notes.append(f"  #{i}: {r['explanation']}")

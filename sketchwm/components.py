@@ -410,6 +410,15 @@ class Sketch(Component):
         out = torch.zeros(ids.shape[0], self.vocab_size, dtype=torch.float32, device=self.device)
         return out.scatter_add_(1, ids, w)
 
+    #: True when the sketch has the count sketch's geometry (paper Def. 2.3): every kept token's feature
+    #: φ(v) has one ±1 entry in each of d rows of ``width`` buckets, so ‖h‖² is close to d. The penalised
+    #: score's scale λ = γ√w and its uniform threshold τ_α = (2/λ) log(1/α) (eq. 19) are set for that
+    #: geometry: eq. 18 is the worst case of the conditional bound (eq. 17) over ‖h‖², attained at
+    #: ‖h‖² = τ/λ, and is only useful when ‖h‖² is on that scale. False (the default): the sketch
+    #: declares no such geometry, a score whose threshold needs it (``ScoreFunction.threshold_needs_geometry``)
+    #: has no analytic τ_α on it, and the detector decides on the key-randomised p-value (exact, or a
+    #: proven bound) or on the calibrated τ_N alone.
+    count_geometry: ClassVar[bool] = False
     #: ``count`` (the paper's sketch of token counts) or ``presence`` (of the set of distinct tokens).
     counting: str = "count"
     #: (V,) bool, False for tokens whose feature φ(v) is zero, or None (every token counts).
@@ -748,6 +757,9 @@ class ScoreFunction(Component):
     kind = "score"
     #: True if larger scores mean "watermarked".
     higher_is_watermarked: ClassVar[bool] = True
+    #: True when :meth:`analytic_threshold` is only meaningful on a sketch with the count sketch's geometry
+    #: (:attr:`Sketch.count_geometry`); on other sketches the scheme then reports no closed form.
+    threshold_needs_geometry: ClassVar[bool] = False
 
     def __init__(self, params, dim: int, width: int):
         self.params = self.parse_params(params)

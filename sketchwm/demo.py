@@ -81,7 +81,7 @@ def run_demo(
         "n_prompts": n_prompts,
         "n_null": n_null,
         "gen_length": gen_length,
-        "median_tokens_watermarked": statistics.median(r_wm.n_tokens.tolist()),
+        "median_tokens_watermarked": statistics.median(r_wm.n_scored.tolist()),
         "tpr": _rate(r_wm.is_watermarked),
         "fpr": _rate(r_plain.is_watermarked),
         "tpr_analytic": _rate(a_wm.is_watermarked),

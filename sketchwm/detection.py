@@ -32,10 +32,10 @@ from . import __version__
 from .components import WatermarkScheme, ids_summary, tokenizer_fingerprint
 from .config import StrictModel, config_hash
 from .errors import CalibrationError, InputError, TokenizerMismatchError
-from .stats import check_alpha, conformal_min_size, conformal_quantile
+from .stats import check_alpha, conformal_min_size, conformal_quantile, decide
 
 __all__ = ["DetectionResult", "Detector", "scheme_analytic_threshold", "Calibration", "LengthBin", "calibrate", "DEFAULT_BIN_EDGES",
-           "pad_ids"]
+           "pad_ids", "calibrated_bins", "bin_thresholds"]
 
 DEFAULT_BIN_EDGES = (16, 32, 64, 96, 128, 192, 256, 384, 512, 1024, 1 << 30)
 CALIBRATION_VERSION = 1
@@ -63,8 +63,12 @@ class DetectionResult:
         z: (B,) float64, standardised statistic.
         p_value: (B,) float64, p-value under the scheme's null (method in ``p_value_method``).
         threshold: (B,) float64, threshold applied to ``score`` (per length bin when calibrated).
-        is_watermarked: (B,) bool, ``score >= threshold``.
-        n_tokens: (B,) int64, tokens scored.
+        is_watermarked: (B,) bool, the one decision rule (:meth:`Detector.decide`): ``score > τ_N``
+            (calibrated) and ``score >= τ_α`` (analytic), or ``p_value <= alpha`` with neither.
+        n_tokens: (B,) int64, the text's length in tokens (what ``min_tokens`` and the calibration's
+            length bins apply to).
+        n_scored: (B,) int64, the tokens that entered the statistic (``SchemeScores.n_scored``: for
+            the presence sketch the distinct kept tokens, far fewer than the length), or None.
         threshold_source: ``"max(calibrated, analytic)"``, ``"calibrated"`` (schemes without a
             closed-form threshold), ``"analytic"``, or ``"p-value"`` (no closed form, no calibration:
             the decision is ``p_value <= alpha``); see :meth:`Detector.decide`.
@@ -89,6 +93,7 @@ class DetectionResult:
     tau_analytic: torch.Tensor | None = None
     tau_calibrated: torch.Tensor | None = None
     provenance: dict[str, Any] | None = None
+    n_scored: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.score.shape[0])
@@ -103,8 +108,8 @@ class DetectionResult:
     def explain(self, i: int) -> dict[str, Any]:
         """Which rule decided text ``i`` and, when score, z and p-value seem to disagree, why.
 
-        The one rule (:meth:`Detector.decide`) is ``score >= threshold`` with threshold =
-        max(τ_N, τ_α) (or ``p_value <= alpha`` for a scheme with neither). The p-value and z are
+        The one rule (:meth:`Detector.decide`) is ``score > τ_N`` and ``score >= τ_α``, reported as
+        threshold = max(τ_N, τ_α) (or ``p_value <= alpha`` for a scheme with neither). The p-value and z are
         reported alongside; they can point the other way when the calibrated τ_N is stricter than
         the analytic τ_α (the model's null scores are wider than the analytic null), when the score
         carries a norm penalty (paper eq. 18-19) that z does not, or when the p-value comes from a
@@ -123,13 +128,16 @@ class DetectionResult:
             by = "calibrated tau_N"
         else:
             by = "analytic tau_alpha"
-        rule = f"score >= threshold = max(tau_N, tau_alpha) = {thr:.4g}" if (ta is not None and tc is not None) \
-            else f"score >= threshold ({by}) = {thr:.4g}"
+        if ta is not None and tc is not None:
+            rule = (f"score > tau_N = {tc:.4g} and score >= tau_alpha = {ta:.4g} (threshold = max(tau_N, tau_alpha) "
+                    f"= {thr:.4g})")
+        else:
+            rule = f"score {'>' if by.startswith('calibrated') else '>='} threshold ({by}) = {thr:.4g}"
         s, p, z, w = float(self.score[i]), float(self.p_value[i]), float(self.z[i]), bool(self.is_watermarked[i])
         why = None
         if (p <= self.alpha) != w:
             parts = [f"p = {p:.3g} {'<=' if p <= self.alpha else '>'} alpha = {self.alpha:g} and z = {z:.3g}, but the "
-                     f"decision is the score rule: score {s:.4g} {'>=' if w else '<'} {thr:.4g} ({by})"]
+                     f"decision is the score rule: score {s:.4g} {'passes' if w else 'does not pass'} {thr:.4g} ({by})"]
             if by == "calibrated tau_N":
                 parts.append("the calibrated threshold, from this model's unwatermarked texts, is stricter than the "
                              "analytic null the p-value assumes")
@@ -156,7 +164,8 @@ class DetectionResult:
             if ok[i]:
                 rec = {"score": float(self.score[i]), "z": float(self.z[i]), "p_value": float(self.p_value[i]),
                        "threshold": float(self.threshold[i]), "is_watermarked": bool(self.is_watermarked[i]),
-                       "n_tokens": int(self.n_tokens[i]), **base, **self.explain(i)}
+                       "n_tokens": int(self.n_tokens[i]),
+                       "n_scored": None if self.n_scored is None else int(self.n_scored[i]), **base, **self.explain(i)}
             else:
                 rec = {"score": None, "z": None, "p_value": None, "threshold": None, "is_watermarked": None,
                        "n_tokens": int(self.n_tokens[i]), **base, "error": self.errors[i]}
@@ -215,17 +224,7 @@ class Calibration(StrictModel):
         Raises:
             CalibrationError: the calibration has no bins.
         """
-        if not self.bins:
-            raise CalibrationError("calibration has no length bins")
-        los = torch.tensor([b.lo for b in self.bins], dtype=torch.long)
-        his = torch.tensor([b.hi for b in self.bins], dtype=torch.long)
-        taus = torch.tensor([b.tau for b in self.bins], dtype=torch.float64)
-        n = n_tokens.long().cpu()[:, None]
-        inside = (n >= los[None]) & (n < his[None])  # (B, nbins)
-        mid = (los + his).double() / 2
-        nearest = (n.double() - mid[None]).abs().argmin(1)
-        idx = torch.where(inside.any(1), inside.float().argmax(1), nearest)
-        return taus[idx]
+        return bin_thresholds(self.bins, n_tokens)
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write JSON atomically (temp file + rename), never leaving a half-written file."""
@@ -351,8 +350,11 @@ class Detector:
         * and, when a calibration is given, the **calibrated** τ_N of the text's length bin (the
           conformal (1 − α)-quantile of the score on unwatermarked samples of the model).
 
-        So threshold = max(τ_N, τ_α). A scheme without a closed-form τ_α (KTH, whose permutation
-        p-value is resolution-limited) uses τ_N when calibrated, else p ≤ α.
+        The tests are :func:`sketchwm.stats.decide`: ``score >= τ_α`` (a proven bound) and
+        ``score > τ_N`` (strict: the conformal guarantee covers P(score > τ_N) only, and discrete
+        scores tie). The reported threshold is max(τ_N, τ_α). A scheme without a closed-form τ_α
+        (KTH, whose permutation p-value is resolution-limited; the key-randomised null on a sketch
+        that declares no count-sketch geometry) uses τ_N when calibrated, else p ≤ α.
 
         Args:
             score, p_value: (B,) float64; n_tokens: (B,) int64 lengths (for the length bins).
@@ -362,16 +364,14 @@ class Detector:
             threshold (B,) float64 (NaN when the decision is p ≤ α), its source, is_watermarked (B,) bool.
         """
         analytic, calibrated = thresholds if thresholds is not None else self.thresholds(n_tokens)
+        flags = decide(score, p_value, self.alpha, analytic, calibrated)
         if self.calibration is not None:
-            thr = calibrated
-            source = "calibrated"
-            if analytic is not None:
-                source = "max(calibrated, analytic)"
-                thr = torch.maximum(thr, analytic)
-            return thr, source, score >= thr
+            if analytic is None:
+                return calibrated, "calibrated", flags
+            return torch.maximum(calibrated, analytic), "max(calibrated, analytic)", flags
         if analytic is not None:
-            return analytic, "analytic", score >= analytic
-        return torch.full_like(score, float("nan")), "p-value", p_value <= self.alpha
+            return analytic, "analytic", flags
+        return torch.full_like(score, float("nan")), "p-value", flags
 
     def thresholds(self, n_tokens: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         """The two thresholds of :meth:`decide` for lengths (B,) int64: analytic τ_α and calibrated τ_N,
@@ -438,9 +438,12 @@ class Detector:
 
         A (B, N) int64 tensor (every entry a token) goes to :meth:`detect_batch`.
 
+        The minimum-length rule applies to the text's length in tokens (``n_tokens``), not to the
+        number of tokens the statistic scores (``n_scored``).
+
         Raises:
             InputError: no texts; without ``per_item``, an empty or too-short text (fewer than
-                ``scheme.min_tokens`` tokens) or ids outside [0, V).
+                ``scheme.min_tokens`` tokens of text) or ids outside [0, V).
         """
         if torch.is_tensor(id_lists):  # a pre-tokenised (B, N) batch, every entry a token
             return self.detect_batch(id_lists)
@@ -456,7 +459,7 @@ class Detector:
         good = [i for i in range(B) if errors[i] is None]
         score = torch.full((B,), float("nan"), dtype=torch.float64)
         z, p = score.clone(), score.clone()
-        n = torch.tensor([len(x) for x in id_lists], dtype=torch.long)
+        n_scored = torch.zeros(B, dtype=torch.long)
         method = ""
         bar = None
         if progress:
@@ -470,7 +473,7 @@ class Detector:
             s = self.scheme.score_ids(ids, valid)
             idx = torch.tensor(sel, dtype=torch.long)
             score[idx], z[idx], p[idx] = s.score.cpu().double(), s.z.cpu().double(), s.p_value.cpu().double()
-            n[idx] = s.n_scored.cpu().long()
+            n_scored[idx] = s.n_scored.cpu().long()
             method = s.p_value_method
             if bar is not None:
                 bar.update(len(sel))
@@ -482,9 +485,9 @@ class Detector:
         decide = decide & torch.tensor([e is None for e in errors], dtype=torch.bool)
         return DetectionResult(
             score=score, z=z, p_value=p, threshold=thr, is_watermarked=decide,
-            n_tokens=n, threshold_source=source, alpha=self.alpha, key_fingerprint=self.key_fingerprint,
+            n_tokens=lengths, threshold_source=source, alpha=self.alpha, key_fingerprint=self.key_fingerprint,
             scheme=self.scheme.name, p_value_method=method, errors=errors if per_item else None,
-            tau_analytic=analytic, tau_calibrated=calibrated,
+            tau_analytic=analytic, tau_calibrated=calibrated, n_scored=n_scored,
         )
 
     def detect_batch(self, ids: torch.Tensor, valid: torch.Tensor | None = None) -> DetectionResult:
@@ -517,14 +520,65 @@ class Detector:
             i, j = (int(t) for t in bad.nonzero()[0])
             raise InputError(f"text {i} has token id {int(ids[i, j])} outside the vocabulary [0, {V})")
         s = self.scheme.score_ids(ids, valid)
-        n = s.n_scored.cpu()
         analytic, calibrated = self.thresholds(lengths.cpu())
         thr, source, decide = self.decide(s.score.cpu(), s.p_value.cpu(), lengths.cpu(), (analytic, calibrated))
         return DetectionResult(
             score=s.score.cpu(), z=s.z.cpu(), p_value=s.p_value.cpu(), threshold=thr, is_watermarked=decide,
-            n_tokens=n, threshold_source=source, alpha=self.alpha, key_fingerprint=self.key_fingerprint,
+            n_tokens=lengths.cpu(), threshold_source=source, alpha=self.alpha, key_fingerprint=self.key_fingerprint,
             scheme=self.scheme.name, p_value_method=s.p_value_method, tau_analytic=analytic, tau_calibrated=calibrated,
+            n_scored=s.n_scored.cpu().long(),
         )
+
+
+def bin_thresholds(bins: Sequence[LengthBin], n_tokens: torch.Tensor) -> torch.Tensor:
+    """τ_N of the length bin of each text: n_tokens (B,) int64 text lengths → (B,) float64; lengths
+    outside every bin use the nearest bin (:meth:`Calibration.threshold_for`; the bench uses it too).
+
+    Raises:
+        CalibrationError: no bins.
+    """
+    if not bins:
+        raise CalibrationError("calibration has no length bins")
+    los = torch.tensor([b.lo for b in bins], dtype=torch.long)
+    his = torch.tensor([b.hi for b in bins], dtype=torch.long)
+    taus = torch.tensor([b.tau for b in bins], dtype=torch.float64)
+    n = torch.as_tensor(n_tokens).long().cpu().reshape(-1)[:, None]
+    inside = (n >= los[None]) & (n < his[None])  # (B, nbins)
+    mid = (los + his).double() / 2
+    nearest = (n.double() - mid[None]).abs().argmin(1)
+    idx = torch.where(inside.any(1), inside.float().argmax(1), nearest)
+    return taus[idx]
+
+
+def calibrated_bins(scores: "torch.Tensor | np.ndarray", lengths: "torch.Tensor | np.ndarray", alpha: float,
+                    bin_edges: Sequence[int] = DEFAULT_BIN_EDGES, min_per_bin: int | None = None) -> list[LengthBin]:
+    """Length bins with their conformal τ_N from n null scores and the null texts' lengths (§4.3).
+
+    Bins of ``bin_edges`` are merged until each holds at least ``min_per_bin`` texts (default
+    ⌈2/α⌉, at most n) (:func:`adaptive_bins`); each bin's τ_N is :func:`sketchwm.stats.conformal_quantile`
+    of its scores (+inf where a bin is too small for α). :func:`calibrate` and the bench's metrics
+    (:func:`sketchwm.bench.metric.decisions`) both call this, so both apply the same thresholds.
+
+    Args:
+        scores: (n,) null scores; lengths: (n,) their texts' lengths in tokens.
+        alpha: target false-positive rate.
+        bin_edges: candidate bin edges (increasing); min_per_bin: minimum texts per bin.
+
+    Raises:
+        InputError: no scores, NaN scores, α outside (0, 1).
+    """
+    scores = torch.as_tensor(scores).double().reshape(-1)
+    n = torch.as_tensor(lengths).long().reshape(-1)
+    if scores.numel() == 0:
+        raise InputError("calibration needs at least one null score, got none")
+    if n.shape != scores.shape:
+        raise InputError(f"{scores.numel()} null scores but {n.numel()} lengths")
+    min_per_bin = min(scores.numel(), min_per_bin or math.ceil(2 / check_alpha(alpha)))
+    bins = []
+    for lo, hi in adaptive_bins(n, bin_edges, min_per_bin):
+        sel = (n >= lo) & (n < hi)
+        bins.append(LengthBin(lo=int(lo), hi=int(hi), n=int(sel.sum()), tau=conformal_quantile(scores[sel], alpha)))
+    return bins
 
 
 def adaptive_bins(lengths: torch.Tensor, grid: Sequence[int], min_per_bin: int) -> list[tuple[int, int]]:
@@ -589,13 +643,8 @@ def calibrate(
     need = conformal_min_size(alpha)
     if len(id_lists) < need:
         raise CalibrationError(f"calibrating at alpha={alpha} needs at least {need} unwatermarked texts, got {len(id_lists)}")
-    min_per_bin = min(len(id_lists), min_per_bin or math.ceil(2 / alpha))
     res = detector.detect_ids(id_lists)
-    n = torch.tensor([len(x) for x in id_lists])
-    bins = []
-    for lo, hi in adaptive_bins(n, bin_edges, min_per_bin):
-        sel = (n >= lo) & (n < hi)
-        bins.append(LengthBin(lo=int(lo), hi=int(hi), n=int(sel.sum()), tau=conformal_quantile(res.score[sel], alpha)))
+    bins = calibrated_bins(res.score, torch.tensor([len(x) for x in id_lists]), alpha, bin_edges, min_per_bin)
     return Calibration(
         key_fingerprint=detector.key_fingerprint, scheme=detector.scheme.name,
         scheme_config_hash=config_hash(detector.scheme.params), model_id=model_id, tokenizer=detector.tokenizer_fp,

@@ -10,13 +10,17 @@ Every scheme's detector and every benchmark calls these functions instead of re-
   paper, §5.2): exact :func:`rademacher_sum_pvalue` (characteristic function + inverse FFT), the
   :func:`chernoff_pvalue` bound, the Hoeffding bound :func:`hoeffding_pvalue` (eq. 17) and its
   inverse :func:`hoeffding_threshold`.
+* **Weighted Bernoulli sums** X = Σ_i g_i B_i with integer g_i (the fixed-key background null of the
+  presence sketch): :func:`bernoulli_sum_tail`, the exact law as a :class:`LatticeTail` (FFT of the
+  characteristic function on a bounded window, error bounds added; Chernoff far in the tail).
 * **Resampling**: :func:`permutation_pvalue` ((1 + #{null at least as extreme}) / (1 + P)).
 * **Standardisation**: :func:`standardise` (z = (T − μ)/σ).
 * **Scores and thresholds**: :func:`scores_from_log_p` (``score`` = −log10 p) with its exact
   threshold :func:`log10_threshold`; :func:`check_alpha`.
 * **Calibration** (seed paper §4.3): the conformal quantile :func:`conformal_quantile` with the
-  finite-sample (n+1) correction, the smallest null sample it needs :func:`conformal_min_size`, and
-  the one decision rule's threshold max(τ_N, τ_α) :func:`decision_threshold`.
+  finite-sample (n+1) correction, the smallest null sample it needs :func:`conformal_min_size`, the
+  one decision rule :func:`decide` (score > τ_N strictly, score >= τ_α) and its displayed threshold
+  max(τ_N, τ_α) :func:`decision_threshold`.
 * **Multiple testing** over K keys (attribution) or many windows: :func:`bonferroni`,
   :func:`holm`, :func:`benjamini_hochberg`.
 
@@ -30,6 +34,7 @@ input — NaN statistics, α outside (0, 1), empty null samples, p-values outsid
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -46,6 +51,8 @@ __all__ = [
     "normal_sf",
     "normal_isf",
     "rademacher_sum_pvalue",
+    "LatticeTail",
+    "bernoulli_sum_tail",
     "chernoff_pvalue",
     "hoeffding_pvalue",
     "hoeffding_threshold",
@@ -56,6 +63,7 @@ __all__ = [
     "conformal_min_size",
     "conformal_quantile",
     "decision_threshold",
+    "decide",
     "bonferroni",
     "holm",
     "benjamini_hochberg",
@@ -289,6 +297,187 @@ def rademacher_sum_pvalue(H: torch.Tensor, x_obs: torch.Tensor) -> torch.Tensor:
     return exact[:, 0] if squeeze else exact
 
 
+# ============================================================================ weighted Bernoulli sums
+#: θ grid of the Chernoff bounds of :func:`bernoulli_sum_tail` (in units of 1/lattice step): a grid point is a valid bound
+_CHERNOFF_THETA = np.geomspace(1e-3, 30.0, 64)
+#: the window of the FFT holds all but ≤ this much mass on each side (Chernoff), which bounds the aliasing
+_WINDOW_MASS = 1e-22
+#: terms of the power series of log(1 + q(w − 1)) for the terms with q <= 1/4 (remainder bounded in the result)
+_SERIES_TERMS = 64
+
+
+@dataclass(frozen=True)
+class LatticeTail:
+    """The upper tail P(X >= x) of an integer-valued random variable X, for every integer x.
+
+    Inside the window [lo, lo + M) the tail is tabulated (``table``, exact up to the error bound
+    already added to it); above the window it is the Chernoff bound min_θ exp(κ(θ) − θx) over the
+    grid ``theta`` with the cumulant generating function ``log_mgf`` = κ(θ) = log E e^{θX}; below
+    it, 1. :meth:`sf` is non-increasing in x and is an upper bound on P(X >= x) at every x.
+
+    Attributes:
+        lo: the window's first lattice point.
+        table: (M,) float64, table[j] >= P(X >= lo + j), non-increasing, in [0, 1].
+        theta, log_mgf: (G,) float64 Chernoff grid (θ > 0) and κ(θ) there.
+        mean, sd: E X and its standard deviation.
+        method: how ``table`` was computed (for ``p_value_method``).
+    """
+
+    lo: int
+    table: np.ndarray
+    theta: np.ndarray
+    log_mgf: np.ndarray
+    mean: float
+    sd: float
+    method: str
+
+    def chernoff(self, x: np.ndarray) -> np.ndarray:
+        """min_θ exp(κ(θ) − θx) over the grid: x (B,) float64 → (B,) float64 in [0, 1]."""
+        x = np.asarray(x, dtype=np.float64)
+        e = (self.log_mgf[None, :] - self.theta[None, :] * x[:, None]).min(1) if x.size else x
+        return np.minimum(1.0, np.exp(e))
+
+    def sf(self, x: np.ndarray) -> np.ndarray:
+        """Upper bound on P(X >= x), exact inside the window: x (B,) int64 → (B,) float64."""
+        x = np.asarray(x, dtype=np.int64)
+        M = self.table.size
+        j = x - self.lo
+        out = self.table[np.clip(j, 0, M - 1)]
+        out = np.where(j < 0, 1.0, out)
+        above = j >= M
+        if above.any():
+            out[above] = np.minimum(self.table[-1], self.chernoff(x[above].astype(np.float64)))
+        return out
+
+    def isf(self, alpha: float) -> int:
+        """The smallest integer x with :meth:`sf` (x) <= α.
+
+        Raises:
+            InputError: α outside (0, 1).
+        """
+        alpha = check_alpha(alpha)
+        M = self.table.size
+        if M and self.table[-1] <= alpha:  # in the window: the first table entry <= α (table non-increasing)
+            return self.lo + int(np.argmax(self.table <= alpha))
+        # above it: sf(x) <= α ⇔ some θ has κ(θ) − θx <= log α ⇔ x >= min_θ (κ(θ) − log α)/θ
+        x = float(((self.log_mgf - math.log(alpha)) / self.theta).min())
+        return max(self.lo + M, math.ceil(x - 1e-9 * max(1.0, abs(x))))
+
+
+def bernoulli_sum_tail(weights: np.ndarray, probs: np.ndarray, counts: np.ndarray | None = None) -> LatticeTail:
+    """The exact law of X = Σ_i g_i B_i for independent B_i ~ Bernoulli(q_i) and integer weights g_i,
+    as its upper tail (:class:`LatticeTail`).
+
+    Source: X has characteristic function φ(θ) = Π_i (1 − q_i + q_i e^{iθg_i}); on a window of M
+    lattice points that holds all but ε = 10⁻²² of the mass on each side (the window's edges are
+    Chernoff quantiles; a term with q_i > 1/2 is written g_i − g_i(1 − B_i), so every q <= 1/2), the inverse FFT of φ at θ_m = 2πm/M is the pmf folded modulo M, which is
+    at least the pmf on the window and exceeds it by at most the 2ε outside. φ is a direct
+    product over the terms with q_i > 1/4 and, for the others, from the power sums S_k = Σ q_i^k of
+    each weight: Σ_i log(1 + q_i(w − 1)) = Σ_k (−1)^{k+1} (w − 1)^k S_k / k (|q(w − 1)| <= 1/2;
+    64 terms, the remainder bound Σ_i (2q_i)^{65}/(65·(1 − 2q_i)) is added). The tail sums of the
+    pmf get the aliasing mass, that remainder and a float64 round-off bound (32·ε_mach·(log2 M + 1 +
+    E)·Σ_m|φ(θ_m)|, E bounding the relative round-off of φ) added, so each entry is an upper bound on P(X >= x); where the Chernoff bound
+    min_θ exp(κ(θ) − θx) (Boucheron, Lugosi & Massart 2013, §2.2; κ the cumulant generating
+    function, on a grid of θ) is smaller — far in the tail, where the round-off bound dominates — it
+    is used instead. This is the dynamic programme over the integer support done by convolution
+    theorem; ``benchmarks/exact_tail.py`` checks it against a direct convolution.
+
+    Args:
+        weights: (P,) integer weights g_i (any integer dtype or integral floats); 0 terms are ignored.
+        probs: (P,) float64 success probabilities q_i in [0, 1].
+        counts: (P,) non-negative integer multiplicities (how many terms share (g_i, q_i)), or None (1 each).
+
+    Returns:
+        :class:`LatticeTail` of X.
+
+    Raises:
+        InputError: shapes differ, non-integral weights, probabilities outside [0, 1] or NaN.
+    """
+    g = np.asarray(weights, dtype=np.float64).reshape(-1)
+    q = np.asarray(probs, dtype=np.float64).reshape(-1)
+    m = np.ones_like(q) if counts is None else np.asarray(counts, dtype=np.float64).reshape(-1)
+    if not (g.shape == q.shape == m.shape):
+        raise InputError(f"weights, probs and counts must have one shape, got {g.shape}, {q.shape}, {m.shape}")
+    _no_nan(q, "probabilities")
+    if np.any((q < 0) | (q > 1)):
+        raise InputError("probabilities must lie in [0, 1]")
+    if np.any(g != np.round(g)):
+        raise InputError("bernoulli_sum_tail needs integer weights")
+    use = (g != 0) & (q > 0) & (m > 0)
+    g, q, m = g[use], q[use], m[use]
+    # a likely term is a sure one less its absence: g·B = g − g·(1 − B), 1 − B ~ Bernoulli(1 − q); so every q <= 1/2
+    flip = q > 0.5
+    shift = int((m[flip] * g[flip]).sum())
+    g, q = np.where(flip, -g, g), np.where(flip, 1.0 - q, q)
+    use = q > 0
+    g, q, m = g[use], q[use], m[use]
+    mean = shift + float((m * g * q).sum())
+    sd = math.sqrt(float((m * g * g * q * (1 - q)).sum()))
+    # κ(θ) = Σ m log(1 + q(e^{θg} − 1)), for θ > 0 (upper tail) and θ < 0 (lower tail); e^{θg} − 1 once per distinct g
+    gvals_all, g_col = np.unique(g, return_inverse=True)
+    g_col = g_col.reshape(-1)
+
+    def kappa(theta: np.ndarray) -> np.ndarray:
+        em1 = np.expm1(theta[:, None] * gvals_all[None, :])[:, g_col]  # (G, P)
+        return shift * theta + np.log1p(q[None, :] * em1) @ m
+
+    th = _CHERNOFF_THETA
+    k_up, k_down = kappa(th), kappa(-th)
+    if g.size == 0:  # X is the constant shift
+        return LatticeTail(shift, np.array([1.0]), th, shift * th, float(shift), 0.0, "exact (constant)")
+    top = shift + float(m[g > 0] @ g[g > 0])
+    bottom = shift + float(m[g < 0] @ g[g < 0])
+    log_eps = math.log(_WINDOW_MASS)
+    hi = min(top, math.ceil(float(((k_up - log_eps) / th).min())))  # P(X >= hi) <= ε
+    lo = max(bottom, math.floor(float(((log_eps - k_down) / th).max())))  # P(X <= lo) <= ε
+    M = 1 << max(6, int(math.ceil(math.log2(hi - lo + 1))))
+    theta = 2 * math.pi * np.arange(M // 2 + 1) / M  # (M/2 + 1,)
+    big = q > 0.25
+    log_phi = np.zeros(theta.size, dtype=np.complex128)
+    abs_terms = 0.0
+    direct = np.ones(theta.size, dtype=np.complex128)
+    if big.any():  # direct product of the factors 1 − q + q·w^g: (P_big, M/2 + 1), e^{iθg} once per distinct g
+        gvals, gidx = np.unique(g[big], return_inverse=True)
+        w = np.exp(1j * theta[None, :] * gvals[:, None])[gidx.reshape(-1)]  # (P_big, M/2 + 1)
+        factors = 1 + q[big][:, None] * (w - 1)
+        rep = m[big] > 1
+        if rep.any():
+            factors[rep] = factors[rep] ** m[big][rep][:, None]
+        direct = np.prod(factors, axis=0)
+        abs_terms += float(4 * m[big].sum())  # relative round-off of a product of these factors
+    small = ~big
+    remainder = 0.0
+    if small.any():  # power series per distinct weight
+        K = _SERIES_TERMS
+        qs, ms, gs = q[small], m[small], g[small]
+        remainder = float((ms * (2 * qs) ** (K + 1) / ((K + 1) * (1 - 2 * qs))).sum())
+        for gv in np.unique(gs):
+            sel = gs == gv
+            pw = np.cumprod(np.broadcast_to(qs[sel], (K, int(sel.sum()))), axis=0)  # (K, P_g): q^k
+            S = pw @ ms[sel]  # (K,) power sums
+            coef = S * ((-1.0) ** np.arange(K)) / np.arange(1, K + 1)  # (−1)^{k+1} S_k / k, k = 1..K
+            z = np.exp(1j * theta * gv) - 1
+            acc = np.zeros_like(z)
+            for c in coef[::-1]:  # Horner: Σ_k coef_k z^k
+                acc = (acc + c) * z
+            log_phi += acc
+            abs_terms += float(2 * S[0] * 1.5)
+    # pmf of X on [lo, lo + M): irfft of conj(φ e^{−iθ lo}) (X real, φ(−θ) = conj φ(θ))
+    log_phi += 1j * theta * shift - 1j * theta * lo
+    phi = np.exp(log_phi) * direct  # (M/2 + 1,)
+    pmf = np.fft.irfft(np.conj(phi), n=M)
+    # error of a tail sum: aliasing, series remainder, and round-off (φ_m carries a relative error
+    # <= ε·(Σ|series terms| + 4·#factors); the FFT adds ε·log2 M; a tail sums <= M entries of (1/M)Σ_m|δφ_m|)
+    rounding = 32 * np.finfo(np.float64).eps * (math.log2(M) + 1.0 + abs_terms) * float(np.abs(phi).sum())
+    err = 2 * _WINDOW_MASS + remainder + rounding
+    tail = np.cumsum(np.clip(pmf, 0.0, None)[::-1])[::-1] + err  # tail[j] >= P(X >= lo + j)
+    x = lo + np.arange(M, dtype=np.float64)
+    cher = np.minimum(1.0, np.exp((k_up[None, :] - th[None, :] * x[:, None]).min(1)))
+    table = np.minimum.accumulate(np.minimum(np.minimum(tail, cher), 1.0))
+    return LatticeTail(int(lo), table, th, k_up, mean, sd,
+                       "exact (FFT of the characteristic function; Chernoff bound where smaller)")
+
+
 def hoeffding_pvalue(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     """Hoeffding's bound P(Σ_j u_j a_j >= x) <= exp(−x² / (2‖a‖²)) for x > 0 (1 otherwise), u Rademacher.
 
@@ -408,7 +597,8 @@ def conformal_quantile(scores: torch.Tensor | np.ndarray, alpha: float) -> float
 
     Source: split conformal prediction (Vovk, Gammerman & Shafer 2005; Angelopoulos & Bates 2021,
     "A gentle introduction to conformal prediction", Thm. 1): for a new score exchangeable with the
-    n null scores, P(score > τ) <= α — the seed paper's calibrated τ_N (§4.3).
+    n null scores, P(score > τ) <= α — the seed paper's calibrated τ_N (§4.3). The inequality is
+    strict: with tied scores P(score >= τ) can exceed α, so decisions use :func:`decide`.
 
     Args:
         scores: (n,) null scores (any float dtype; torch or numpy), flattened.
@@ -432,10 +622,11 @@ def conformal_quantile(scores: torch.Tensor | np.ndarray, alpha: float) -> float
 def decision_threshold(
     null_scores: torch.Tensor | np.ndarray, alpha: float, analytic: "float | np.ndarray | None" = None,
 ) -> "float | np.ndarray":
-    """The one decision rule's threshold: max(τ_N, τ_α) — the conformal quantile of the null scores
-    (:func:`conformal_quantile`) and the scheme's analytic threshold, when it has one.
+    """The one decision rule's threshold for display: max(τ_N, τ_α) — the conformal quantile of the null
+    scores (:func:`conformal_quantile`) and the scheme's analytic threshold, when it has one.
 
-    A text is flagged iff ``score >= threshold`` (:meth:`sketchwm.detection.Detector.decide`).
+    Decisions are made by :func:`decide` (``score > τ_N`` and ``score >= τ_α``), never by comparing
+    with this number.
 
     Args:
         null_scores: (n,) scores of unwatermarked texts (one length bin).
@@ -454,6 +645,46 @@ def decision_threshold(
     if np.ndim(analytic) == 0:
         return max(tau, float(analytic))
     return np.maximum(tau, np.asarray(analytic, dtype=np.float64))
+
+
+def decide(
+    score: "torch.Tensor | np.ndarray", p_value: "torch.Tensor | np.ndarray", alpha: float,
+    analytic: "torch.Tensor | np.ndarray | None" = None, calibrated: "torch.Tensor | np.ndarray | None" = None,
+) -> torch.Tensor:
+    """sketchwm's one decision rule: flag a text iff it passes every test held at level α.
+
+    * analytic τ_α (a proven bound, P(score >= τ_α) <= α under the scheme's null): ``score >= τ_α``;
+      a NaN or −inf entry means the scheme has no closed form for that text;
+    * calibrated τ_N (:func:`conformal_quantile` of null scores of the text's length bin):
+      ``score > τ_N``, strictly. The conformal guarantee covers P(score > τ_N) <= α only (Angelopoulos
+      & Bates 2021, Thm. 1): with discrete scores, ties at τ_N would add false positives;
+    * neither (no closed form and no calibration): ``p_value <= α``.
+
+    Args:
+        score, p_value: (B,) scores and p-values (torch or numpy, any float dtype).
+        alpha: the level.
+        analytic: (B,) τ_α per text or None; calibrated: (B,) τ_N per text or None.
+
+    Returns:
+        (B,) bool tensor on the CPU.
+
+    Raises:
+        InputError: α outside (0, 1).
+    """
+    alpha = check_alpha(alpha)
+    s = torch.as_tensor(score).detach().cpu().double()
+    flags = torch.ones_like(s, dtype=torch.bool)
+    has_analytic = torch.zeros_like(flags)
+    if analytic is not None:
+        a = torch.as_tensor(analytic).detach().cpu().double().expand_as(s)
+        has_analytic = torch.isfinite(a) | (a == float("inf"))
+        flags &= torch.where(has_analytic, s >= a, torch.ones_like(flags))
+    if calibrated is not None:
+        flags &= s > torch.as_tensor(calibrated).detach().cpu().double().expand_as(s)
+    else:  # no calibration: texts without a closed form are decided by their p-value
+        p = torch.as_tensor(p_value).detach().cpu().double().expand_as(s)
+        flags &= torch.where(has_analytic, torch.ones_like(flags), p <= alpha)
+    return flags
 
 
 # ============================================================================ multiple testing

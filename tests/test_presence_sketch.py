@@ -138,8 +138,11 @@ def test_packed_and_full_presence_tilt_agree():
 
 
 def test_background_null_p_values_roughly_uniform_on_model_null():
-    """Texts drawn from the background model itself: P(p ≤ α) ≈ α for each fixed key (8 keys ×
-    4,000 texts of 60 tokens from a Zipf prior over V = 400; margin β = 0 so the test is sharp)."""
+    """Texts drawn from the background model itself: P(p ≤ α) ≤ α for each fixed key (8 keys ×
+    4,000 texts of 60 tokens from a Zipf prior over V = 400, seed 11; margin β = 0). Tolerance: three
+    binomial standard errors of the rate, α + 3·√(α(1 − α)/4000) — 1.47% at α = 1%, 6.03% at 5% —
+    and nothing more: the p-value is the statistic's exact tail, so there is no approximation to allow
+    for (i.i.d. tokens make presences slightly negatively correlated, which narrows the law)."""
     V, n, B = 400, 60, 4000
     prior = 1.0 / torch.arange(1, V + 1).double()
     pi = prior / prior.sum()
@@ -159,7 +162,7 @@ def test_background_null_p_values_roughly_uniform_on_model_null():
         p = sch.score_ids(ids, valid).p_value
         for alpha in (0.01, 0.05):
             rate = float((p <= alpha).double().mean())
-            assert rate <= alpha + 4 * math.sqrt(alpha / B) + 0.01, (k, alpha, rate)
+            assert rate <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / B), (k, alpha, rate)
 
 
 @pytest.mark.parametrize("domain", ["heldout-manpages", "heldout-culture"])

@@ -21,6 +21,7 @@ import torch
 
 from sketchwm.components import MarginalReads
 from sketchwm.engine import FullCanvasMarginals, MaskedDiffusionSampler
+from sketchwm.hookspecs import hookimpl
 from sketchwm.keys import WatermarkKey
 from sketchwm.registry import get_registry
 from sketchwm.testing.schemes import KEY, PROMPTS, SAMPLER, SCHEME_CHECKS, SchemeUnderTest, check_scheme, check_sketch, plugin_registry
@@ -186,6 +187,22 @@ def test_readme_example_plugin_passes_the_conformance_suite(tiny):
     assert "dense-gaussian" in reg.names("sketch")
     check_scheme("global-sketch", {"prior": {"source": "uniform"}, "sketch": {"name": "dense-gaussian", "params": {"D": 256}}},
                  backend=tiny, registry=reg)
+
+
+def test_round_trip_fails_a_threshold_that_rejects_every_watermarked_text(tiny):
+    """The README's dense sketch declaring the count sketch's geometry gets eq. 19's τ_α, which no
+    watermarked text reaches on it though the score separates them: the conformance suite says so."""
+    mod = _readme_example_plugin()
+
+    class Claims(mod.DenseGaussianSketch):
+        name = "dense-gaussian"
+        count_geometry = True
+
+    plugin = types.ModuleType("claims_count_geometry")
+    plugin.sketchwm_register_sketches = hookimpl(lambda: [Claims])
+    params = {"prior": {"source": "uniform"}, "sketch": {"name": "dense-gaussian", "params": {"D": 256}}}
+    with pytest.raises(AssertionError, match="TPR 0"):
+        check_scheme("global-sketch", params, backend=tiny, registry=plugin_registry(plugin), checks=["round_trip"])
 
 
 def test_check_sketch_catches_a_broken_sketch():

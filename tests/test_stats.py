@@ -180,6 +180,34 @@ def test_conformal_threshold_fpr_at_most_alpha_on_disjoint_nulls():
     assert float((ev >= naive[:, None]).mean()) > alpha + 0.01  # the test can tell a wrong quantile
 
 
+def test_calibrated_decision_is_tie_proof_on_discrete_scores():
+    """Discrete scores tie at τ_N: the one rule (:func:`stats.decide`) flags ``score > τ_N`` and keeps FPR <= α.
+
+    Scores are −log10 of the exact binomial p-value of K ~ Binomial(20, ½) (21 possible values), as a
+    baseline's exact p-value would give; 400 calibrations of 200 null texts at α = 1%, each judged on
+    500 fresh null texts (seeded). FPR must be <= α + one binomial standard error of the estimate
+    (√(α(1 − α)/200000) ≈ 0.00022); ``score >= τ_N`` gives ≈ 1.9% here."""
+    from scipy import stats as st
+
+    rng = np.random.default_rng(22)
+    alpha, n, R, E, m = 0.01, 200, 400, 500, 20
+    k = rng.binomial(m, 0.5, (R, n + E))
+    scores = -np.log10(st.binom.sf(k - 1, m, 0.5))  # P(K >= k): ties everywhere
+    p_values = 10.0 ** -scores
+    flagged = 0
+    for cal, ev, pv in zip(scores[:, :n], scores[:, n:], p_values[:, n:]):
+        tau = stats.conformal_quantile(cal, alpha)
+        flagged += int(stats.decide(ev, pv, alpha, calibrated=np.full(E, tau)).sum())
+    fpr = flagged / (R * E)
+    assert fpr <= alpha + math.sqrt(alpha * (1 - alpha) / (R * E)), fpr
+    # an analytic bound is non-strict (P(score >= τ_α) <= α), and no threshold at all means p <= α
+    s = np.array([1.0, 2.0, 3.0])
+    assert stats.decide(s, np.array([0.5, 0.01, 1e-3]), alpha, analytic=np.full(3, 2.0)).tolist() == [False, True, True]
+    assert stats.decide(s, np.array([0.5, 0.01, 1e-3]), alpha, analytic=np.full(3, -np.inf)).tolist() == [False, True, True]
+    assert stats.decide(s, np.array([0.5, 0.01, 1e-3]), alpha, analytic=np.full(3, 1.0),
+                        calibrated=np.full(3, 2.0)).tolist() == [False, False, True]
+
+
 # ============================================================================ multiple testing
 def _holm_by_hand(p: list[float], m: int) -> list[float]:
     order = sorted(range(len(p)), key=lambda i: p[i])

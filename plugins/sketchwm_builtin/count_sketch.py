@@ -128,6 +128,7 @@ class CountSketch(Sketch):
     """
 
     name = "count-sketch"
+    count_geometry = True  # one ±1 entry per row: the geometry eq. 19's λ = γ√w is set for
     Params = CountSketchParams
 
     def __init__(self, params: Any, key: Any, vocab_size: int, token_prior: torch.Tensor | None = None, device="cpu"):

@@ -75,16 +75,29 @@ Detection (Alg. 2). Two nulls, named by ``null``:
 
 * ``background`` (default with ``presence``): the p-value is valid for the one key the user holds.
   For a fixed key every token has a fixed weight c_k(v) = ⟨u_k, φ_k(v)⟩, so the statistic
-  T = ⟨u_k, Φᵀx⟩ = Σ_v c_k(v) x_v has a key-dependent null mean; it is centred by a background token
+  T = ⟨u_k, Φᵀx⟩ = Σ_v c_k(v) x_v has a key-dependent null law; it is given by a background token
   model: each kept token present independently with q_v(n) = 1 − (1 − π_v)^n for a text of n tokens,
-  π the token prior, giving z = (T − Σ c q)/(Σ c² q(1 − q))^{1/2} and p = 1 − Φ(z − β). The top
-  ``exclude_top`` tokens are left out because their presence is near-certain and domain-dependent;
-  β (``null_margin``, 0.5) allows the background model's mean for this key to be off by β standard
-  deviations on a text domain it never saw. β was set from the shipped ``human`` set (the test split
-  of the corpus the prior comes from, 5 domains): across 40 keys the per-key mean of z has standard
-  deviation ≤ 0.17 within a domain, and β ≈ 3 × 0.17. It was then checked, not tuned, on the two
-  held-out domains (``benchmarks/null_per_key.py``). What it does not promise: validity on text
-  from a distribution far from the prior (e.g. a flood of rare tokens chosen by an adversary).
+  π the token prior. The score is z = (T − Σ c q)/(Σ c² q(1 − q))^{1/2}. The p-value is the exact
+  tail of T under that model, not a normal approximation: T/g₀ (g₀ = 2, the gcd of the weights
+  c_k(v) ∈ {−4, −2, 0, 2, 4} of the d = 4 count sketch) is a sum of independent integer-weighted
+  Bernoulli terms, whose law is computed per length from its characteristic function by FFT on a
+  window of the integer support (aliasing, series remainder and round-off bounded and added; the
+  Chernoff bound where it is smaller; :func:`sketchwm.stats.bernoulli_sum_tail`), cached per
+  (key, length) like the moments. The tail of T is far heavier than a normal one at short lengths
+  (a sum of even integers over mostly rare tokens), so a normal approximation would be
+  anti-conservative there (``benchmarks/exact_tail.py`` prints both against a direct convolution).
+  The p-value is p = P(T' ≥ T − β·σ(n)) for T' under the model: the law shifted up by β standard
+  deviations, β = ``null_margin`` (0.5). β is for domain shift alone (the tail itself is exact): the
+  background model's mean for one key can be off on a text domain it never saw. It was set on the
+  shipped ``human`` set (the test split of the corpus the prior comes from, 5 domains): across 40
+  keys the per-key mean of z has standard deviation at most 0.135 within a domain (``python
+  benchmarks/null_margin.py --n-keys 40``, which also prints the worst key's rate at β = 0 and
+  β = 0.5), so three standard deviations are 0.41 and β = 0.5 is about 3.7. It was then checked, not tuned, on the two held-out
+  domains (``benchmarks/null_per_key.py``). The detector's threshold on z at each length is the
+  first lattice point whose exact p-value is ≤ α, so ``z ≥ threshold`` ⇔ ``p ≤ α``. What it does not
+  promise: validity on text from a distribution far from the prior (e.g. a flood of rare tokens
+  chosen by an adversary), or on text whose tokens are not independent given its length beyond what
+  β covers.
 * ``key-randomised`` (the paper's, Theorem 5.4): score S_k (eq. 2), exact key-randomised p-value
   (characteristic function + FFT); valid on average over random keys, not for one fixed key.
 
@@ -115,7 +128,7 @@ from sketchwm.errors import ConfigError, InputError
 from sketchwm.hookspecs import hookimpl
 from sketchwm.marginal_sums import MarginalSums, masked_marginal_sums
 from sketchwm.prf import keyed_signs
-from sketchwm.stats import bonferroni, normal_isf, normal_sf, rademacher_sum_pvalue
+from sketchwm.stats import LatticeTail, bernoulli_sum_tail, bonferroni, check_alpha, rademacher_sum_pvalue
 
 from .cli import sketchwm_register_commands  # noqa: F401 - `sketchwm prior`, added through the hook
 
@@ -268,10 +281,12 @@ class GlobalSketchParams(StrictModel):
             ``presence`` sketch. ``key-randomised``: the paper's null (Theorem 5.4), exact only on
             average over random keys; the score is then S_k and ``p_value`` picks the method.
         null_margin: β ≥ 0, the robustness margin of the background null in z units: the p-value is
-            1 − Φ(z − β), valid whenever the background model's mean for this key is off by at
-            most β standard deviations (domain shift; see the module doc for how β = 0.5 was set).
+            the exact tail P(T' ≥ T − β·σ) of the background law shifted up by β standard deviations,
+            valid whenever the background model's mean for this key is off by at most β standard
+            deviations (domain shift; see the module doc for how β = 0.5 was set).
         p_value: p-value method under ``null="key-randomised"`` (``exact``: characteristic function + FFT).
-        min_tokens: shortest text the detector accepts.
+        min_tokens: shortest text the detector accepts, in tokens of text (its length, not the number
+            of distinct tokens the statistic scores, ``n_scored``).
         tail_epsilon: ε of the embedding step's tail linearisation (``presence``; issue 15): tokens
             whose probability is below ε at every masked row use log(1 − p) ≈ −p in the expected
             sketch and 1/(1 − p) ≈ 1 in the tilt, so a moves by at most a relative ε/(1 − ε)
@@ -843,8 +858,77 @@ class GlobalSketchScheme(WatermarkScheme):
         """
         return self._background(ids.to(self.device), valid.to(self.device))[0]
 
+    def _null_pairs(self) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+        """The background null's terms, grouped: (g₀, g (P,) int64, log(1 − π) (P,) float64, counts (P,) int64).
+
+        T = Σ_v c_k(v) x_v = g₀·X with X = Σ_v g_v x_v, g_v = c_k(v)/g₀ integral (g₀ the gcd of the
+        weights: 2 for the count sketch with d = 4, whose c_k(v) ∈ {−4, −2, 0, 2, 4}); kept tokens with
+        equal (g_v, π_v) share one term with a count (the prior's counts repeat), tokens with c_k(v) = 0
+        (the excluded ones among them) drop out. Built once per key.
+
+        Raises:
+            ConfigError: weights c_k(v) that are not integers (a sketch whose features are not ±1 entries):
+                the background null's exact law needs an integer lattice.
+        """
+        pairs = self.__dict__.get("_pairs")
+        if pairs is None:
+            c = self.token_weights().cpu().numpy()  # (V,) float64
+            if not np.all(c == np.round(c)):
+                raise ConfigError("null='background' needs integral token weights c_k(v) = <u_k, phi_k(v)> (the count "
+                                  "sketch's +-1 features); use null='key-randomised' with this sketch")
+            ci = np.round(c).astype(np.int64)
+            nz = ci != 0
+            g0 = int(np.gcd.reduce(np.abs(ci[nz]))) if nz.any() else 1
+            key = np.stack([ci[nz] // g0, self._log1m_pi.cpu().numpy()[nz].view(np.int64)], 1)  # (P', 2) exact grouping
+            uniq, counts = np.unique(key, axis=0, return_counts=True)
+            pairs = self._pairs = (g0, uniq[:, 0].copy(), uniq[:, 1].copy().view(np.float64), counts.astype(np.int64))
+        return pairs
+
+    def background_law(self, n: int) -> LatticeTail:
+        """The exact law of X = T/g₀ under the background null for texts of ``n`` tokens (:meth:`_null_pairs`),
+        as its upper tail (:func:`sketchwm.stats.bernoulli_sum_tail`); cached per length, like
+        :meth:`background_moments`.
+
+        Raises:
+            ConfigError: see :meth:`_null_pairs`.
+        """
+        cache = self.__dict__.setdefault("_laws", {})
+        law = cache.get(n)
+        if law is None:
+            _, g, l1m, counts = self._null_pairs()
+            law = cache[n] = bernoulli_sum_tail(g, -np.expm1(n * l1m), counts)
+            if len(cache) > 4096:  # bound the cache (a few KB a length)
+                cache.clear()
+                cache[n] = law
+        return law
+
+    def background_pvalue(self, T: np.ndarray, lengths: np.ndarray, var: np.ndarray) -> np.ndarray:
+        """p = P(X' >= X − β·σ_X) for X' under the background null's exact law (the module doc):
+        T (B,) float64 integral statistics, lengths (B,) int64, var (B,) σ²(n) of T → (B,) float64.
+
+        Exact under the null at β = 0 (an upper bound on the exact tail where the Chernoff bound takes
+        over, :func:`sketchwm.stats.bernoulli_sum_tail`); β > 0 shifts the law up by β standard
+        deviations. One table look-up per text, the laws built once per distinct length.
+        """
+        g0 = self._null_pairs()[0]
+        X = np.round(T / g0)
+        shift = self.params.null_margin * np.sqrt(np.maximum(var, 0.0)) / g0
+        x = np.ceil(X - shift - 1e-9).astype(np.int64)  # P(X' >= X − βσ) = P(X' >= ⌈X − βσ⌉)
+        p = np.empty(T.shape, dtype=np.float64)
+        ls, inverse = np.unique(lengths, return_inverse=True)
+        for i, n in enumerate(ls.tolist()):  # per distinct length, not per text
+            sel = inverse.reshape(-1) == i
+            p[sel] = self.background_law(int(n)).sf(x[sel])
+        return p
+
     def _background(self, ids: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(z (B,) float64, n_d (B,) int64 distinct kept tokens) of the background null."""
+        z, n_d, _ = self._background_stats(ids, valid, with_p=False)
+        return z, n_d
+
+    def _background_stats(self, ids: torch.Tensor, valid: torch.Tensor,
+                          with_p: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(z (B,) float64, n_d (B,) int64, p (B,) float64 on the CPU or None) of the background null."""
         ids, lengths = self.sketch.check_ids(ids, valid)
         tables = self.__dict__.get("_presence_tables")
         if tables is None:  # (V + 1,) c_k and keep with 0 on the padding id V; c_k as int8 when integral
@@ -855,16 +939,19 @@ class GlobalSketchScheme(WatermarkScheme):
                                               self.sketch.keep_table().to(torch.int8))
         T, n_d = distinct_token_sums(ids, valid, *tables)  # (B,), (B,)
         mu, var = self.background_moments(lengths)  # all tokens: the length the background model sees
-        if T.device.type == "cpu":  # (B,) arithmetic in numpy: a small torch op here waits ~10 ms on the thread pool
-            z = (T.numpy().astype(np.float64) - mu.numpy()) / np.sqrt(np.maximum(var.numpy(), 1e-12))
-            return torch.from_numpy(z), n_d
-        return (T.to(self.device, torch.float64) - mu) / var.clamp_min(1e-12).sqrt(), n_d.to(self.device)
+        # (B,) arithmetic in numpy: a small torch op here waits ~10 ms on the thread pool
+        Tn, mun, varn = T.cpu().numpy().astype(np.float64), mu.cpu().numpy(), var.cpu().numpy()
+        z = torch.from_numpy((Tn - mun) / np.sqrt(np.maximum(varn, 1e-12)))
+        p = torch.from_numpy(self.background_pvalue(Tn, lengths.cpu().numpy(), varn)) if with_p else None
+        if T.device.type == "cpu":
+            return z, n_d, p
+        return z.to(self.device), n_d.to(self.device), p
 
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
         """Detection statistics for ids (B, N) with valid (B, N).
 
         ``null="background"``: score = z = the fixed-key background z (:meth:`background_z`),
-        p-value 1 − Φ(z − β). ``null="key-randomised"``: score = S_k (eq. 2), z = ⟨u, h⟩/‖h‖ and the
+        p-value the exact shifted tail of :meth:`background_pvalue`. ``null="key-randomised"``: score = S_k (eq. 2), z = ⟨u, h⟩/‖h‖ and the
         key-randomised p-value of ``params.p_value``. Vectorised over the batch: one row sort and
         O(B·N) gathers (no (B, V) table, nothing per text in Python).
 
@@ -873,10 +960,11 @@ class GlobalSketchScheme(WatermarkScheme):
         """
         ids, valid = ids.to(self.device), valid.to(self.device)
         if self.null == "background":
-            z, n = self._background(ids, valid)
-            p = normal_sf(z, self.params.null_margin)  # 1 − Φ(z − β), accurate in the tail
-            return SchemeScores(z, z, p, n, f"fixed-key background null, 1-Phi(z - {self.params.null_margin:g}) "
-                                           f"(token prior: {self.prior_desc.get('source')})")
+            z, n, p = self._background_stats(ids, valid)
+            return SchemeScores(z, z, p.to(z.device), n,
+                                f"fixed-key background null, exact tail P(T' >= T - {self.params.null_margin:g} sd) "
+                                f"(FFT of the characteristic function, Chernoff bound where smaller; token prior: "
+                                f"{self.prior_desc.get('source')})")
         h, n = self.sketch_ids(ids, valid)
         out = self.score_fn.p_values(self.u, h, n, self.params.p_value)
         return SchemeScores(out.score.double(), out.z.double(), out.p_value.double(), out.n_scored,
@@ -892,10 +980,30 @@ class GlobalSketchScheme(WatermarkScheme):
         return self.sketch.project_sparse(tok, x) / n.clamp_min(1.0).sqrt()[:, None], n
 
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
-        """Background null: β + Φ⁻¹(1 − α) on z (⇔ p ≤ α); key-randomised: τ_α of the score (eq. 19)."""
-        if self.null == "background":
-            return self.params.null_margin + normal_isf(alpha)
-        return self.score_fn.analytic_threshold(alpha, n_tokens)
+        """The threshold on ``score`` at level α for texts of ``n_tokens`` tokens.
+
+        Background null: the z of the first lattice point of T whose exact p-value (:meth:`background_pvalue`)
+        is <= α, less half a lattice step, so ``z >= threshold`` ⇔ ``p <= alpha`` exactly (the half step
+        absorbs float rounding of z). Key-randomised: the score function's τ_α (eq. 19), when the sketch
+        declares the geometry it needs (:attr:`sketchwm.components.Sketch.count_geometry`).
+
+        Raises:
+            InputError: α outside (0, 1).
+            NotImplementedError: no closed form (key-randomised null on a sketch without the geometry).
+        """
+        if self.null != "background":
+            if getattr(self.score_fn, "threshold_needs_geometry", False) and not getattr(self.sketch, "count_geometry", False):
+                raise NotImplementedError(f"score '{self.score_fn.name}' has no analytic threshold on sketch "
+                                          f"'{self.sketch.name}' (it declares no count-sketch geometry)")
+            return self.score_fn.analytic_threshold(alpha, n_tokens)
+        check_alpha(alpha)
+        g0 = self._null_pairs()[0]
+        mu, var = (float(t[0]) for t in self.background_moments(torch.tensor([int(n_tokens)])))
+        sd = math.sqrt(max(var, 1e-12))
+        x_star = self.background_law(int(n_tokens)).isf(alpha)  # smallest x with P(X' >= x) <= α
+        shift = self.params.null_margin * math.sqrt(max(var, 0.0)) / g0
+        X_star = math.floor(x_star - 1 + shift + 1e-9) + 1  # smallest X with ⌈X − βσ_X − 1e-9⌉ >= x*
+        return (g0 * X_star - 0.5 * g0 - mu) / sd
 
     def attribute(self, ids: torch.Tensor, valid: torch.Tensor, n_keys: int, top: int = 5, chunk: int = 8192,
                   bank: Any = None) -> Attribution:

@@ -12,7 +12,8 @@ P_u{⟨u, h⟩ ≥ observed | h}. Methods:
 * ``exact`` (default): closed form. For a text of N tokens, H = √N·h has integer coordinates, so
   X = Σ_j u_j H_j is a Rademacher sum with characteristic function Π_j cos(θ H_j); its pmf is
   recovered exactly by an inverse FFT (float64). Where the tail is below 1e-10 (FFT round-off),
-  the Chernoff bound inf_θ e^{−θx} Π cosh(θH_j), still a valid p-value, is returned instead.
+  the Chernoff bound inf_θ e^{−θx} Π cosh(θH_j), still a valid p-value, is returned instead. A
+  sketch without integer coordinates (no lattice) gets that Chernoff bound everywhere.
 * ``bound``: the conditional Hoeffding bound of eq. (17).
 * ``uniform-bound``: the uniform bound exp(−λS/2) of eq. (18) (penalised score only).
 * ``normal``: 1 − Φ(z) (CLT approximation).
@@ -30,7 +31,7 @@ from sketchwm.components import SchemeScores, ScoreFunction
 from sketchwm.config import StrictModel
 from sketchwm.errors import ConfigError
 from sketchwm.hookspecs import hookimpl
-from sketchwm.stats import check_alpha, hoeffding_pvalue, hoeffding_threshold, normal_sf, permutation_pvalue, rademacher_sum_pvalue
+from sketchwm.stats import chernoff_pvalue, check_alpha, hoeffding_pvalue, hoeffding_threshold, normal_sf, permutation_pvalue, rademacher_sum_pvalue
 
 __all__ = ["PenalizedScore", "ZScore", "P_VALUE_METHODS"]
 
@@ -70,7 +71,7 @@ class _SketchScore(ScoreFunction):
             u: (D,) ±1 direction.
             h: (B, D) sketches.
             n_tokens: (B,) token counts N of the sketches' normaliser (h = H/√N); ``exact`` needs
-                √N·h integral and falls back to ``normal`` otherwise, saying so in ``p_value_method``.
+                √N·h integral and returns the Chernoff bound otherwise, saying so in ``p_value_method``.
             method: one of ``exact``, ``bound``, ``uniform-bound``, ``normal``, ``monte-carlo``.
             n_mc: Monte-Carlo directions.
             generator: randomness for ``monte-carlo``.
@@ -93,16 +94,16 @@ class _SketchScore(ScoreFunction):
         def out(p: torch.Tensor, how: str) -> SchemeScores:
             return SchemeScores(s, z, p, n, how)
 
-        used = method
         if method == "exact":
             H = _int_sketch(h, n_tokens)
-            if H is None:
-                used = "normal"
-            else:
-                x = (H.double() @ u.to(h.device, torch.float64)).round().long()
-                return out(rademacher_sum_pvalue(H, x),
-                           "exact key-randomised (characteristic function + FFT; Chernoff below 1e-10)")
-        if used == "normal":
+            if H is None:  # no integer lattice (e.g. a dense real sketch): the Chernoff bound, still a valid p-value
+                p = torch.cat([chernoff_pvalue(h[i:i + 16], ip[i:i + 16]) for i in range(0, h.shape[0], 16)]) \
+                    if h.shape[0] else ip.clone()
+                return out(p.to(h.device), "key-randomised Chernoff bound (the sketch is not integral)")
+            x = (H.double() @ u.to(h.device, torch.float64)).round().long()
+            return out(rademacher_sum_pvalue(H, x),
+                       "exact key-randomised (characteristic function + FFT; Chernoff below 1e-10)")
+        if method == "normal":
             return out(normal_sf(z).to(h.device), "normal approximation 1-Phi(z)")
         if method == "bound":
             return out(hoeffding_pvalue(ip, hn), "Hoeffding conditional bound (paper eq. 17)")
@@ -129,6 +130,7 @@ class PenalizedScore(_SketchScore):
 
     name = "penalized"
     Params = PenalizedParams
+    threshold_needs_geometry = True  # λ = γ√w and eq. 19 assume the count sketch's ‖h‖² ≈ d
 
     @property
     def lam(self) -> float:
@@ -146,7 +148,8 @@ class PenalizedScore(_SketchScore):
         return u.to(h_hat.device, torch.float32)[None, :] - self.lam * h_hat.float()
 
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
-        """τ_α = (2/λ) log(1/α) (eq. 19), the same at every length ``n_tokens``.
+        """τ_α = (2/λ) log(1/α) (eq. 19), the same at every length ``n_tokens``. Meaningful on a sketch with
+        the count sketch's geometry only (``threshold_needs_geometry``; the scheme checks it).
 
         Raises:
             InputError: α outside (0, 1).

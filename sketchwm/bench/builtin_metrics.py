@@ -41,19 +41,22 @@ import torch
 from ..detection import pad_ids
 from ..hookspecs import hookimpl
 from ..quality import distinct_n, seq_rep_n
-from .metric import CellData, Metric, MetricValue, threshold
+from ..stats import decide
+from .metric import CellData, Metric, MetricValue, decisions
 
 __all__ = ["BUILTIN_METRICS", "THEORY_METRICS", "rate_above", "sketchwm_register_metrics"]
 
 
-def rate_above(cell: CellData, scores: np.ndarray, alpha: float, analytic: np.ndarray) -> MetricValue:
-    """Fraction of ``scores`` (n,) at or above the one decision rule's threshold max(τ_N, τ_α) at
-    ``alpha`` (τ_N conformal from the cell's calibration split, :func:`sketchwm.bench.metric.threshold`;
-    ``analytic`` (n,) τ_α per text); NaN with the reason when the calibration split is too small."""
-    thr, note = threshold(cell, alpha, analytic)
+def rate_above(cell: CellData, scores: np.ndarray, alpha: float, analytic: np.ndarray,
+               n_tokens: np.ndarray | None = None) -> MetricValue:
+    """Fraction of ``scores`` (n,) the one decision rule flags at ``alpha`` (score > τ_N of each text's
+    length bin, from the cell's calibration split, and score ≥ τ_α; :func:`sketchwm.bench.metric.decisions`;
+    ``analytic`` (n,) τ_α per text, ``n_tokens`` (n,) the texts' lengths); NaN with the reason when
+    the calibration split is too small."""
+    hit, note = decisions(cell, scores, alpha, analytic, n_tokens)
     if note:
         return MetricValue(float("nan"), len(scores), note)
-    return MetricValue(float(np.mean(scores >= thr)), len(scores))
+    return MetricValue(float(np.mean(hit)), len(scores))
 
 
 class TPRAtFPR(Metric):
@@ -63,7 +66,7 @@ class TPRAtFPR(Metric):
     alpha: ClassVar[float] = 0.01
 
     def compute(self, cell: CellData) -> MetricValue:
-        return rate_above(cell, cell.scores, self.alpha, cell.analytic[self.alpha])
+        return rate_above(cell, cell.scores, self.alpha, cell.analytic[self.alpha], cell.n_tokens)
 
 
 class TPRAtFPR01(TPRAtFPR):
@@ -79,8 +82,7 @@ class TPRAnalytic(Metric):
     name, unit, task, kinds = "tpr-analytic@1%", "fraction", "robustness", ("clean", "attack", "scrub")
 
     def compute(self, cell: CellData) -> MetricValue:
-        a = cell.analytic[0.01]
-        hit = np.where(np.isfinite(a), cell.scores >= a, cell.p_values <= 0.01)
+        hit = decide(cell.scores, cell.p_values, 0.01, cell.analytic[0.01]).numpy()  # τ_α, else p ≤ α
         return MetricValue(float(np.mean(hit)), len(cell.scores))
 
 
@@ -90,7 +92,7 @@ class FPRObserved(Metric):
     name, unit, higher_is_better, task, kinds = "fpr@1%", "fraction", None, "power", ("clean",)
 
     def compute(self, cell: CellData) -> MetricValue:
-        return rate_above(cell, cell.null_fpr, 0.01, cell.null_fpr_analytic[0.01])
+        return rate_above(cell, cell.null_fpr, 0.01, cell.null_fpr_analytic[0.01], cell.null_fpr_tokens)
 
 
 class ROCAUC(Metric):
@@ -124,7 +126,7 @@ class SpoofRate(Metric):
     name, unit, higher_is_better, task, kinds = "spoof-rate", "fraction", False, "stealing", ("spoof",)
 
     def compute(self, cell: CellData) -> MetricValue:
-        return rate_above(cell, cell.scores, 0.01, cell.analytic[0.01])
+        return rate_above(cell, cell.scores, 0.01, cell.analytic[0.01], cell.n_tokens)
 
 
 class ScrubRate(Metric):
@@ -135,14 +137,15 @@ class ScrubRate(Metric):
     def compute(self, cell: CellData) -> MetricValue | None:
         if cell.reference_scores is None:
             return None
-        a = cell.analytic[0.01]
-        thr, note = threshold(cell, 0.01, a)
+        ref_a = cell.reference_analytic[0.01] if cell.reference_analytic is not None else cell.analytic[0.01]
+        ref_n = cell.reference_tokens if cell.reference_tokens is not None else cell.n_tokens
+        before, note = decisions(cell, cell.reference_scores, 0.01, ref_a, ref_n)
+        after, _ = decisions(cell, cell.scores, 0.01, cell.analytic[0.01], cell.n_tokens)
         if note:
             return MetricValue(float("nan"), len(cell.scores), note)
-        before = cell.reference_scores >= thr
         if not before.any():
             return MetricValue(float("nan"), 0, "no text detected before the scrub")
-        return MetricValue(float(np.mean(~(cell.scores[before] >= thr[before]))), int(before.sum()))
+        return MetricValue(float(np.mean(~after[before])), int(before.sum()))
 
 
 class SemanticSimilarity(Metric):

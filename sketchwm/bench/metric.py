@@ -5,11 +5,13 @@ scores of its texts, the unwatermarked null scores of the same model, length and
 side data, timings) into one number. Metrics are components registered through the
 ``sketchwm_register_metrics`` hook, built-ins exactly like third-party ones.
 
-The threshold (:func:`threshold`) is sketchwm's one decision rule, score ≥ max(τ_N, τ_α): τ_N is the
-conformal ⌈(n+1)(1−α)⌉-th order statistic of n null scores from the *calibration* split, τ_α the
-scheme's analytic threshold at the text's length; the false-positive rate is reported on the
-disjoint *report* split. With fewer than ⌈1/α⌉−1 calibration texts no finite τ_N exists: metrics
-that need it return NaN with a note instead of a number.
+Decisions (:func:`decisions`) are sketchwm's one decision rule, exactly as :class:`sketchwm.detection.Detector`
+applies it (:func:`sketchwm.stats.decide`): score > τ_N and score ≥ τ_α, where τ_N is the conformal
+⌈(n+1)(1−α)⌉-th order statistic of the null scores of the *calibration* split in the text's length
+bin (the bins of :func:`sketchwm.detection.calibrated_bins`, as ``sketchwm calibrate`` makes them)
+and τ_α the scheme's analytic threshold at the text's length; the false-positive rate is reported on
+the disjoint *report* split. With fewer than ⌈1/α⌉−1 calibration texts no finite τ_N exists:
+metrics that need it return NaN with a note instead of a number.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
+import torch
 
 from ..components import Component
-from ..stats import conformal_min_size as min_null_size  # re-exported: ⌈1/α⌉ − 1
-from ..stats import decision_threshold
 
-__all__ = ["Metric", "MetricValue", "CellData", "threshold", "min_null_size", "CELL_KINDS", "THEORY_KINDS", "TASKS"]
+from ..detection import bin_thresholds, calibrated_bins
+from ..stats import conformal_min_size as min_null_size  # re-exported: ⌈1/α⌉ − 1
+from ..stats import conformal_quantile, decide
+
+__all__ = ["Metric", "MetricValue", "CellData", "threshold", "decisions", "calibrated", "min_null_size", "CELL_KINDS", "THEORY_KINDS", "TASKS"]
 
 #: what a cell evaluates: clean watermarked texts, attacked ones, spoofed (unwatermarked-origin) ones
 #: or watermarked texts scrubbed with a stolen model
@@ -53,9 +58,12 @@ class CellData:
         scores, p_values: (n,) float64 detection score and p-value of the cell's texts.
         n_tokens: (n,) int64 tokens scored per text.
         analytic: {α: (n,) float64} the scheme's analytic τ_α per text (−inf where the scheme has none).
-        null_cal, null_cal_tokens: (m_cal,) scores / lengths of the calibration split of unwatermarked texts.
-        null_fpr, null_fpr_analytic: (m_fpr,) scores of the disjoint report split and {α: (m_fpr,) τ_α}.
-        reference_scores: (n,) scores of the same texts before the attack (scrub cells), or None.
+        null_cal, null_cal_tokens: (m_cal,) scores / lengths of the calibration split of unwatermarked texts
+            (lengths None: one length bin).
+        null_fpr, null_fpr_analytic: (m_fpr,) scores of the disjoint report split and {α: (m_fpr,) τ_α};
+            null_fpr_tokens: (m_fpr,) their lengths (None: the calibration's single bin).
+        reference_scores: (n,) scores of the same texts before the attack (scrub cells), or None;
+            reference_tokens, reference_analytic: their lengths and {α: (n,) τ_α} (None: as the cell's texts).
         tokens_to_detect: (n,) float64 first prefix length with p ≤ 0.01 (inf: never), or None.
         similarity: (n,) semantic similarity to the unattacked text, or None.
         ppl, null_ppl: (n,) / (m,) oracle perplexities of the texts and of unwatermarked texts, or None.
@@ -85,23 +93,56 @@ class CellData:
     gen_tokens_per_s: float | None = None
     detect_tokens_per_s: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    null_cal_tokens: np.ndarray | None = None
+    null_fpr_tokens: np.ndarray | None = None
+    reference_tokens: np.ndarray | None = None
+    reference_analytic: dict[float, np.ndarray] | None = None
 
 
-def threshold(cell: CellData, alpha: float, analytic: np.ndarray) -> tuple[np.ndarray, str]:
-    """The one decision rule's per-text threshold max(τ_N, τ_α) and a note.
+def calibrated(cell: CellData, alpha: float, n_tokens: np.ndarray | None) -> tuple[np.ndarray, str]:
+    """τ_N of each text's length bin from the cell's calibration split, as ``Detector`` applies a
+    calibration: (k,) float64 (NaN when the split is too small for α) and a note saying so ("" otherwise).
 
     Args:
-        cell: supplies the calibration split ``null_cal``.
-        alpha: false-positive rate; analytic: (k,) float64 τ_α of the texts to decide.
+        cell: supplies ``null_cal`` and ``null_cal_tokens``; alpha: false-positive rate;
+        n_tokens: (k,) lengths of the texts to decide (None, or no calibration lengths: one bin).
+    """
+    k = cell.null_cal.size if n_tokens is None else len(n_tokens)
+    need = min_null_size(alpha)
+    if cell.null_cal.size < need:
+        return np.full(k, np.nan), f"null calibration split has {cell.null_cal.size} texts; alpha={alpha:g} needs >= {need}"
+    if cell.null_cal_tokens is None or n_tokens is None:
+        return np.full(k, conformal_quantile(cell.null_cal, alpha)), ""
+    bins = calibrated_bins(cell.null_cal, cell.null_cal_tokens, alpha)
+    return bin_thresholds(bins, torch.as_tensor(np.asarray(n_tokens, dtype=np.int64))).numpy(), ""
+
+
+def threshold(cell: CellData, alpha: float, analytic: np.ndarray, n_tokens: np.ndarray | None = None) -> tuple[np.ndarray, str]:
+    """The one decision rule's per-text threshold max(τ_N, τ_α) for display, and a note.
+
+    Args:
+        cell: supplies the calibration split; alpha: false-positive rate; analytic: (k,) float64 τ_α
+        of the texts; n_tokens: (k,) their lengths (τ_N per length bin; None: one bin).
 
     Returns:
         (k,) float64 thresholds (NaN when the calibration split is too small for α) and a note
         saying so ("" otherwise).
     """
-    need = min_null_size(alpha)
-    if cell.null_cal.size < need:
-        return np.full(analytic.shape, np.nan), f"null calibration split has {cell.null_cal.size} texts; alpha={alpha:g} needs >= {need}"
-    return decision_threshold(cell.null_cal, alpha, np.asarray(analytic, dtype=np.float64)), ""
+    tau, note = calibrated(cell, alpha, n_tokens if n_tokens is not None else None)
+    a = np.asarray(analytic, dtype=np.float64)
+    return (np.maximum(tau, a) if tau.shape == a.shape else tau), note
+
+
+def decisions(cell: CellData, scores: np.ndarray, alpha: float, analytic: np.ndarray,
+              n_tokens: np.ndarray | None) -> tuple[np.ndarray | None, str]:
+    """Which of ``scores`` (k,) the one decision rule flags: :func:`sketchwm.stats.decide` with τ_N of each
+    text's length bin (:func:`calibrated`) and ``analytic`` (k,) τ_α (−inf where none). Returns (k,) bool,
+    or None with a note when the calibration split is too small for α."""
+    tau, note = calibrated(cell, alpha, n_tokens)
+    if note:
+        return None, note
+    p = np.ones_like(np.asarray(scores, dtype=np.float64))  # unused: a calibration is always given here
+    return decide(scores, p, alpha, np.asarray(analytic, dtype=np.float64), tau).numpy(), ""
 
 
 class Metric(Component):

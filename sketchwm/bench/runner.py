@@ -459,6 +459,8 @@ def _cell_data(ctx: RunContext, cell: Cell, ud: dict[str, Any] | None) -> tuple[
         else:
             atk = ctx.attack(unit.backend, "steal-scrub", cell.attack_params, stealer=ctx.stealer(unit, cell.train_n))
             kw["reference_scores"] = base.scores[: cell.n]
+            kw["reference_tokens"] = base.n_tokens[: cell.n]
+            kw["reference_analytic"] = {a: v[: cell.n] for a, v in base.analytic.items()}
         out = atk.apply(texts, cell.strength, gen, prompts=ud["prompts"][: cell.n])
         sc = ctx.score(unit, out.texts)
         kw["similarity"] = np.array(out.similarity, dtype=np.float64)
@@ -474,7 +476,8 @@ def _cell_data(ctx: RunContext, cell: Cell, ud: dict[str, Any] | None) -> tuple[
         raise ConfigError(f"unknown cell kind {cell.kind!r}")
     data = CellData(kind=cell.kind, attack=cell.attack, strength=cell.strength, scores=sc.scores, p_values=sc.p_values,
                     n_tokens=sc.n_tokens, analytic=sc.analytic, null_cal=ud["cal"].scores, null_fpr=ud["fpr"].scores,
-                    null_fpr_analytic=ud["fpr"].analytic, train_n=cell.train_n, token_ids=sc.ids, **kw)
+                    null_fpr_analytic=ud["fpr"].analytic, train_n=cell.train_n, token_ids=sc.ids,
+                    null_cal_tokens=ud["cal"].n_tokens, null_fpr_tokens=ud["fpr"].n_tokens, **kw)
     return data, sc, extras
 
 

@@ -19,7 +19,9 @@ Everything runs on the tiny random BERT of :mod:`sketchwm.testing` (vocabulary 1
 ``AssertionError`` with the numbers that failed. Properties (seeded; tolerances at each assertion):
 
 * round trip — watermarked texts get small p-values (median below ``median_p``) and most exceed the
-  95% quantile of 32 unwatermarked texts' scores; statistics have shape (B,) float64;
+  95% quantile of 32 unwatermarked texts' scores; statistics have shape (B,) float64; where the
+  score separates them (ROC-AUC >= 0.9), the decision rule without calibration (τ_α, else p <= α)
+  flags at least one (an analytic threshold that makes TPR 0 is wrong for the scheme);
 * the null — p-values of unwatermarked texts are not stochastically smaller than U(0, 1)
   (one-sided Kolmogorov-Smirnov, level 0.1%), and the analytic threshold, if any, flags <= 10%;
 * other key — text watermarked with one key is not detected with another (median p > 0.05);
@@ -131,7 +133,8 @@ class SchemeUnderTest:
 
 def check_round_trip(sut: SchemeUnderTest) -> None:
     """Watermarked texts: (B,) float64 statistics, p in [0, 1], median p < ``median_p``, >= 75% above the
-    null's 95% quantile, and the analytic threshold (if any) flags <= 10% of the null texts."""
+    null's 95% quantile, the analytic threshold (if any) flags <= 10% of the null texts, and the
+    uncalibrated decision rule flags some watermarked text where the ROC-AUC is >= 0.9."""
     scheme = sut.make()
     out = sut.generate(scheme, PROMPTS, 1)
     assert out.ids.shape == (len(PROMPTS), SAMPLER["gen_length"])
@@ -149,8 +152,19 @@ def check_round_trip(sut: SchemeUnderTest) -> None:
     try:
         thr = scheme.analytic_threshold(0.01, SAMPLER["gen_length"])
     except NotImplementedError:
-        return
-    assert float((null.score >= thr).double().mean()) <= 0.1, (null.score, thr)
+        thr = None
+    if thr is not None:
+        assert float((null.score >= thr).double().mean()) <= 0.1, (null.score, thr)
+    # the one rule without a calibration (τ_α, else p <= α) must detect texts that the score separates:
+    # a threshold that rejects every watermarked text where the ROC-AUC is high is wrong for this scheme
+    from ..stats import decide
+
+    auc = float(((s.score[:, None] > null.score[None, :]).double()
+                 + 0.5 * (s.score[:, None] == null.score[None, :]).double()).mean())
+    tpr = float(decide(s.score, s.p_value, 0.01, None if thr is None else torch.full((B,), float(thr))).double().mean())
+    assert not (auc >= 0.9 and tpr == 0.0), (
+        f"the analytic decision rule flags no watermarked text (TPR 0 at alpha 1%) though the score separates them "
+        f"from unwatermarked ones (ROC-AUC {auc:.3f}): threshold {thr}, scores {s.score.tolist()}")
 
 
 def check_null(sut: SchemeUnderTest) -> None:
