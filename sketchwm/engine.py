@@ -62,7 +62,8 @@ class SamplerConfig(StrictModel):
             at every step (the exact computation). ``r`` > 1: every masked row every r-th step.
             ``block``: every masked row at the first step, then at the first step of each later
             block the rows of that block (about to be denoised; the later blocks' rows keep theirs).
-            ``once``: every masked row at the first step only.
+            ``block-all``: every masked row at the first step of every block (that block's rows and
+            all later blocks'). ``once``: every masked row at the first step only.
             In between only the K sampled rows are computed fresh and the other masked rows keep
             their last marginals (masked rows are never re-masked, so they are a subset of the
             refreshed ones): schemes whose reads are ``incremental`` then get the fresh rows alone
@@ -82,7 +83,7 @@ class SamplerConfig(StrictModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     remasking: Literal["low_confidence", "random", "entropy"] = "random"
     stop_at_eos: bool = True
-    marginal_refresh: int | Literal["auto", "block", "once"] = "auto"
+    marginal_refresh: int | Literal["auto", "block", "block-all", "once"] = "auto"
 
     @model_validator(mode="after")
     def _check(self) -> "SamplerConfig":
@@ -94,7 +95,8 @@ class SamplerConfig(StrictModel):
         if self.steps > self.gen_length:
             raise ValueError(f"steps ({self.steps}) must be <= gen_length ({self.gen_length})")
         if isinstance(self.marginal_refresh, int) and self.marginal_refresh < 1:
-            raise ValueError(f"marginal_refresh must be >= 1, 'block', 'once' or 'auto', got {self.marginal_refresh}")
+            raise ValueError(
+                f"marginal_refresh must be >= 1, 'block', 'block-all', 'once' or 'auto', got {self.marginal_refresh}")
         return self
 
 
@@ -578,7 +580,9 @@ class MaskedDiffusionSampler:
     def _refresh_due(self, step: int, block_step: int, in_block: torch.Tensor) -> "bool | torch.Tensor":
         """What the ``marginal_refresh`` schedule refreshes at this step: True (every masked row), False
         (none), or for ``block`` at the first step of a later block the block's positions (1, G) bool;
-        ``once``: True at the first step only."""
+        ``block-all``: True at the first step of every block; ``once``: True at the first step only."""
+        if self.refresh == "block-all":
+            return block_step == 0
         if self.refresh in ("block", "once"):
             if step == 0:
                 return True
