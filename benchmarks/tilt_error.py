@@ -23,7 +23,7 @@ prints, per regime and rule, the median, 95th percentile and maximum of "used vs
 approximations), their median per block, and "linearised vs exact" (ε alone).
 
 With ``--z-texts N`` > 0 it also generates N texts per regime (batches of ``--prompts``, seeds
-1000, 1001, ...) under each rule and under the exact computation (``marginal_refresh = 1``) and
+1000, 1001, ...; ``--z-batch`` texts each) under each rule and under the exact computation (``marginal_refresh = 1``) and
 detects them: mean z, and the relative difference of the mean z from the exact one with its
 standard error. The runs share the prompts, the seeds and therefore the sampler's noise (the
 random draws do not depend on the tokens drawn), so the difference is taken per text (paired) and
@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gen-length", type=int, default=128)
     ap.add_argument("--z-texts", type=int, default=0,
                     help="texts per regime on which detection z of each rule is compared with the exact computation")
+    ap.add_argument("--z-batch", type=int, default=16, help="texts per batch of the detection-z runs")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
     dev = setup(args)
@@ -181,23 +182,29 @@ def main(argv: list[str] | None = None) -> int:
     base = {**(backend.sampler_defaults or {}), "gen_length": args.gen_length}
     prompts = list(load("prompts"))[: args.prompts]
     rules = [_rule(r) for r in args.refresh.split(",") if r]
-    eps = reg.create("scheme", "global-sketch", {}, key, backend.vocab_size).params.tail_epsilon
+    scheme = reg.create("scheme", "global-sketch", {}, key, backend.vocab_size, device=backend.device)
+    eps = scheme.params.tail_epsilon
     regimes: dict[str, dict] = {}
     for rem in [r for r in args.remasking.split(",") if r]:
         cfg = {**base, "remasking": rem}
         regimes[rem] = {}
         z_exact = detection_z(backend, key, {**cfg, "marginal_refresh": 1}, list(load("prompts"))[: args.z_texts],
-                              args.prompts) if args.z_texts else None
+                              args.z_batch) if args.z_texts else None
+        done: dict = {}  # resolved schedule → its results (``auto`` is measured once, as the rule it resolves to)
         for rule in rules:
+            resolved = MaskedDiffusionSampler(backend, {**cfg, "marginal_refresh": rule}, scheme).refresh
+            if resolved in done:
+                regimes[rem][str(rule)] = done[resolved]
+                continue
             res = measure_tilt(backend, key, {**cfg, "marginal_refresh": rule}, prompts, args.seed)
             if z_exact is not None:
                 z = detection_z(backend, key, {**cfg, "marginal_refresh": rule}, list(load("prompts"))[: args.z_texts],
-                                args.prompts)
+                                args.z_batch)
                 mean = float(z_exact.mean())
                 res.update(z_texts=len(z), z_mean_exact=round(mean, 3), z_mean=round(float(z.mean()), 3),
                            z_rel_diff=round(float(z.mean() - z_exact.mean()) / mean, 4),
                            z_rel_diff_se=round(float((z - z_exact).std()) / math.sqrt(len(z)) / mean, 4))
-            regimes[rem][str(rule)] = res
+            regimes[rem][str(rule)] = done[resolved] = res
             u = res["used_vs_exact"]
             print(f"{rem:15s} {str(rule):9s} ({res['resolved']}): relative L2 error median {u['rel_median']:.5f}, "
                   f"p95 {u['rel_p95']:.5f}, max {u['rel_max']:.5f}; linearisation alone max "

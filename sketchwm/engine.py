@@ -69,11 +69,14 @@ class SamplerConfig(StrictModel):
             refreshed ones): schemes whose reads are ``incremental`` then get the fresh rows alone
             and update a running statistic (:class:`IncrementalMarginals`, O(K·V) per step);
             others get the cached rows gathered (:class:`RefreshedMarginals`, random remasking
-            only, every masked row at each refresh). ``auto`` (default): ``once`` for incremental
-            schemes, 1 for the others (on the default model ``once`` costs 1.1-1.2× the
-            unwatermarked sampler and moves the mean detection z by less than its standard error;
-            ``block`` and exact cost more: README, "Speed"). The effect on the tilt and on detection z
-            is measured by ``benchmarks/perf_generate.py`` (README, "Speed").
+            only, every masked row at each refresh). ``auto`` (default): for incremental schemes
+            ``once`` under ``random`` remasking (the stale rows are spread over the canvas and the
+            sampled ones are fresh; 1.1-1.2× the unwatermarked sampler on the default model) and
+            ``block-all`` under the confidence rules (``low_confidence``, ``entropy``: every masked
+            row of the block is sampled, so the stale rows are the later blocks', which ``once`` and
+            ``block`` never refresh); 1 for the others. The tilt error and detection z of each
+            regime and rule are measured by ``benchmarks/tilt_error.py``
+            (docs/sampler-approximations.md).
     """
 
     gen_length: int = Field(128, ge=1)
@@ -467,8 +470,10 @@ class MaskedDiffusionSampler:
         #: the rows the hooks read; without a scheme only the targets are sampled
         self.reads = scheme.reads if scheme is not None else MarginalReads.sampled()
         refresh = cfg.marginal_refresh
-        #: the refresh schedule in force: 1 (every step, exact), r, or "block"
-        self.refresh = ("once" if self.reads.incremental else 1) if refresh == "auto" else refresh
+        if refresh == "auto":  # the settings whose tilt and detection z stay within 2% of the exact ones (measured)
+            refresh = ("once" if cfg.remasking == "random" else "block-all") if self.reads.incremental else 1
+        #: the refresh schedule in force: 1 (every step, exact), r, "block", "block-all" or "once"
+        self.refresh = refresh
         if marginal_source is not None:
             self.source = marginal_source(backend, banned)
         elif self.refresh == 1 or self.reads.kind != "masked":

@@ -211,3 +211,18 @@ def test_block_all_incremental_steps_equal_the_complete_steps_they_stand_for(tin
     assert torch.equal(a.ids, b.ids)
     once = MaskedDiffusionSampler(tiny, {**cfg, "marginal_refresh": "once"}, gat, marginal_source=RefreshedMarginals)
     assert not torch.equal(once.generate(PROMPTS, torch.Generator().manual_seed(5)).ids, b.ids)  # the rule matters here
+
+
+@pytest.mark.parametrize("remasking,want", [("random", "once"), ("low_confidence", "block-all"), ("entropy", "block-all")])
+def test_auto_refresh_per_remasking_regime(tiny, builtin_registry, remasking, want):
+    """``auto`` resolves to the setting measured to keep the tilt and detection z within 2% of the exact
+    computation (docs/sampler-approximations.md): ``once`` under random remasking, ``block-all`` under
+    the confidence rules; the exact computation for schemes whose reads are not incremental."""
+    from sketchwm.engine import MaskedDiffusionSampler
+
+    sch = builtin_registry.create("scheme", "global-sketch", {"prior": {"source": "uniform"}}, WatermarkKey(b"c" * 32),
+                                  tiny.vocab_size, registry=builtin_registry)
+    cfg = {**CFG, **BLOCKS, "remasking": remasking}
+    assert MaskedDiffusionSampler(tiny, cfg, sch).refresh == want
+    gat = _gathered_scheme(builtin_registry, {"prior": {"source": "uniform"}}, WatermarkKey(b"c" * 32), tiny.vocab_size)
+    assert MaskedDiffusionSampler(tiny, cfg, gat).refresh == 1
