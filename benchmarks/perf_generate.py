@@ -5,9 +5,11 @@ DLM with its sampler defaults, one batch. Per repeat, the unwatermarked sampler 
 run in turn with the same prompts and seed (interleaved, so the drifts of a shared machine hit all
 alike); each scheme's ratio is the median over repeats of (its time / the unwatermarked time of the
 same repeat). ``ratio`` is the default scheme's (``global-sketch``), under the sampler's default
-``marginal_refresh`` (``auto``: the global sketch's statistic over the masked rows is refreshed
-at the first step of each block and updated from the sampled rows in between; ``refresh`` in the
-JSON says which schedule ran). ``--refresh`` times other schedules too.
+``marginal_refresh`` (``auto``: under random remasking the global sketch's statistic over the
+masked rows is computed at the first step and updated from the sampled rows afterwards; under the
+confidence rules every masked row is refreshed when a block starts; ``refresh`` in the JSON says
+which schedule ran). ``--refresh`` times other schedules too; ``--remasking`` replaces the shipped
+remasking rule (the per-regime tilt error and detection z are ``benchmarks/tilt_error.py``'s).
 
 Detection z against the exact computation: on ``--z-prompts`` prompts (batches of ``--prompts``,
 fixed seeds) the default scheme generates under the default schedule and under
@@ -19,7 +21,7 @@ both mean z, their relative difference ``z_rel_diff`` and its standard error ``z
 functions by cumulative time, and the torch operator table) and prints both before the JSON.
 
 Usage: python benchmarks/perf_generate.py [--device cpu|cuda] [--threads 2] [--repeats 3] [--schemes a,b]
-       [--refresh 64,block] [--z-prompts 64] [--profile]
+       [--refresh 64,block] [--remasking random|low_confidence|entropy] [--z-prompts 64] [--profile]
 Last line: {"ratio": ..., "schemes": {name: ratio}, "z_rel_diff": ..., ...}
 """
 
@@ -63,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="cpu: process CPU time (all threads), steadier than wall time on a shared machine")
     ap.add_argument("--refresh", default="",
                     help="also time the default scheme with these sampler marginal_refresh values (comma-separated, e.g. 64,block)")
+    ap.add_argument("--remasking", choices=["random", "low_confidence", "entropy"], default=None,
+                    help="sampler remasking rule (default: the backend's shipped one)")
     ap.add_argument("--z-prompts", type=int, default=64,
                     help="prompts (in batches of --prompts) on which detection z of the default sampler is compared with "
                          "the exact computation (marginal_refresh=1); 0 skips the comparison")
@@ -72,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     backend = reg.create("backend", args.backend, {"device": str(dev)} if args.backend == "default" else {})
     key = WatermarkKey(hashlib.sha256(b"sketchwm/benchmarks/perf_generate").digest())
     cfg = {**(backend.sampler_defaults or {}), "gen_length": args.gen_length}
+    if args.remasking:
+        cfg["remasking"] = args.remasking
     prompts = list(load("prompts"))[: args.prompts]
     names = [s for s in args.schemes.split(",") if s] or reg.names("scheme")
     if DEFAULT not in names:
@@ -155,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"ratio": table[DEFAULT], "schemes": table, "refresh": MaskedDiffusionSampler(backend, cfg, schemes[DEFAULT]).refresh,
                       "unwatermarked_s": round(statistics.median(base_s), 2), "prompts": len(prompts),
                       "gen_length": args.gen_length, "device": str(dev), "threads": torch.get_num_threads(),
-                      "repeats": args.repeats, "clock": args.clock, **extra}))
+                      "repeats": args.repeats, "clock": args.clock, "remasking": cfg.get("remasking", "random"), **extra}))
     return 0
 
 

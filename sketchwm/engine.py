@@ -69,17 +69,21 @@ class SamplerConfig(StrictModel):
             at every step (the exact computation). ``r`` > 1: every masked row every r-th step.
             ``block``: every masked row at the first step, then at the first step of each later
             block the rows of that block (about to be denoised; the later blocks' rows keep theirs).
-            ``once``: every masked row at the first step only.
+            ``block-all``: every masked row at the first step of every block (that block's rows and
+            all later blocks'). ``once``: every masked row at the first step only.
             In between only the K sampled rows are computed fresh and the other masked rows keep
             their last marginals (masked rows are never re-masked, so they are a subset of the
             refreshed ones): schemes whose reads are ``incremental`` then get the fresh rows alone
             and update a running statistic (:class:`IncrementalMarginals`, O(K·V) per step);
             others get the cached rows gathered (:class:`RefreshedMarginals`, random remasking
-            only, every masked row at each refresh). ``auto`` (default): ``once`` for incremental
-            schemes, 1 for the others (on the default model ``once`` costs 1.1-1.2× the
-            unwatermarked sampler and moves the mean detection z by less than its standard error;
-            ``block`` and exact cost more: README, "Speed"). The effect on the tilt and on detection z
-            is measured by ``benchmarks/perf_generate.py`` (README, "Speed").
+            only, every masked row at each refresh). ``auto`` (default): for incremental schemes
+            ``once`` under ``random`` remasking (the stale rows are spread over the canvas and the
+            sampled ones are fresh; 1.1-1.2× the unwatermarked sampler on the default model) and
+            ``block-all`` under the confidence rules (``low_confidence``, ``entropy``: every masked
+            row of the block is sampled, so the stale rows are the later blocks', which ``once`` and
+            ``block`` never refresh); 1 for the others. The tilt error and detection z of each
+            regime and rule are measured by ``benchmarks/tilt_error.py``
+            (docs/sampler-approximations.md).
     """
 
     gen_length: int = Field(128, ge=1)
@@ -89,7 +93,7 @@ class SamplerConfig(StrictModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     remasking: str = Field("random", min_length=1)
     stop_at_eos: bool = True
-    marginal_refresh: int | Literal["auto", "block", "once"] = "auto"
+    marginal_refresh: int | Literal["auto", "block", "block-all", "once"] = "auto"
 
     @model_validator(mode="after")
     def _check(self) -> "SamplerConfig":
@@ -101,7 +105,8 @@ class SamplerConfig(StrictModel):
         if self.steps > self.gen_length:
             raise ValueError(f"steps ({self.steps}) must be <= gen_length ({self.gen_length})")
         if isinstance(self.marginal_refresh, int) and self.marginal_refresh < 1:
-            raise ValueError(f"marginal_refresh must be >= 1, 'block', 'once' or 'auto', got {self.marginal_refresh}")
+            raise ValueError(
+                f"marginal_refresh must be >= 1, 'block', 'block-all', 'once' or 'auto', got {self.marginal_refresh}")
         return self
 
 
@@ -472,8 +477,10 @@ class MaskedDiffusionSampler:
         #: the rows the hooks read; without a scheme only the targets are sampled
         self.reads = scheme.reads if scheme is not None else MarginalReads.sampled()
         refresh = cfg.marginal_refresh
-        #: the refresh schedule in force: 1 (every step, exact), r, or "block"
-        self.refresh = ("once" if self.reads.incremental else 1) if refresh == "auto" else refresh
+        if refresh == "auto":  # the settings whose tilt and detection z stay within 2% of the exact ones (measured)
+            refresh = ("once" if cfg.remasking == "random" else "block-all") if self.reads.incremental else 1
+        #: the refresh schedule in force: 1 (every step, exact), r, "block", "block-all" or "once"
+        self.refresh = refresh
         if marginal_source is not None:
             self.source = marginal_source(backend, banned)
         elif self.refresh == 1 or self.reads.kind != "masked":
@@ -587,7 +594,9 @@ class MaskedDiffusionSampler:
     def _refresh_due(self, step: int, block_step: int, in_block: torch.Tensor) -> "bool | torch.Tensor":
         """What the ``marginal_refresh`` schedule refreshes at this step: True (every masked row), False
         (none), or for ``block`` at the first step of a later block the block's positions (1, G) bool;
-        ``once``: True at the first step only."""
+        ``block-all``: True at the first step of every block; ``once``: True at the first step only."""
+        if self.refresh == "block-all":
+            return block_step == 0
         if self.refresh in ("block", "once"):
             if step == 0:
                 return True

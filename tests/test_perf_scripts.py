@@ -37,8 +37,16 @@ def test_perf_generate_and_tilt_error_smoke(capsys):
     assert g["refresh"] == "once" and g["ratio"] > 0 and g["z_texts"] == 2
     assert {"global-sketch", "global-sketch (refresh block)"} <= set(g["schemes"])
     assert {"z_mean_exact", "z_mean", "z_rel_diff", "z_rel_diff_se", "z_rel_diff_refresh_block"} <= set(g)
-    t = _run("tilt_error", ["--prompts", "2", "--gen-length", "64", "--device", "cpu"], capsys)
-    assert t["tail_epsilon"] > 0 and t["used_vs_exact"]["rows"] == 2 * 64
-    # the tail linearisation alone stays within its relative bound ε/(1 − ε) (plus the expected sketch's ε/2)
-    assert t["linear_vs_exact"]["rel_max"] <= 2 * t["tail_epsilon"]
-    assert 0 <= t["used_vs_exact"]["rel_median"] < 1 and t["used_vs_exact"]["abs_max_logits"] < float("inf")
+    t = _run("tilt_error", ["--prompts", "2", "--gen-length", "64", "--remasking", "random,low_confidence",
+                            "--refresh", "auto,once", "--z-texts", "2", "--z-batch", "2", "--device", "cpu"], capsys)
+    rnd, lc = t["regimes"]["random"], t["regimes"]["low_confidence"]
+    assert rnd["auto"]["resolved"] == "once" and rnd["auto"] == rnd["once"]  # auto measured once, as what it resolves to
+    assert lc["auto"]["resolved"] == "block-all" and lc["once"]["resolved"] == "once"
+    assert rnd["auto"]["used_vs_exact"]["rows"] == 2 * 64  # one sampled row per text and step
+    assert lc["auto"]["used_vs_exact"]["rows"] == 2 * 2 * sum(range(1, 33))  # every masked row of the block, per step
+    for res in (rnd["auto"], lc["auto"], lc["once"]):
+        # the tail linearisation alone stays within its relative bound ε/(1 − ε) (plus the expected sketch's ε/2)
+        assert res["linear_vs_exact"]["rel_max"] <= 2 * t["tail_epsilon"]
+        u = res["used_vs_exact"]
+        assert 0 <= u["rel_median"] <= u["rel_p95"] <= u["rel_max"] and len(u["block_median"]) == 2
+    assert rnd["auto"]["z_texts"] == lc["auto"]["z_texts"] == 2 and "z_mean" not in lc["once"]  # z of --z-refresh auto only

@@ -68,7 +68,8 @@ tilt is one broadcast add plus a scatter on the exact columns. The reads are inc
 (the default) the engine passes every masked row only at refreshes and the sampled rows alone in
 between, and :meth:`GlobalSketchScheme._masked_sums` keeps the sum over the other masked rows from
 the rows it holds — those rows keep the marginals of the last refresh (the approximation; its
-measured effect on the tilt and on detection z is in the README, "Speed"). ``marginal_refresh = 1``
+measured effect on the tilt and on detection z, per remasking rule, is in
+docs/sampler-approximations.md). ``marginal_refresh = 1``
 and ε = 0 give the exact computation above.
 
 Detection (Alg. 2). Two nulls, named by ``null``:
