@@ -189,6 +189,9 @@ def curves(df: pd.DataFrame) -> list[Curve]:
     div = df[df["row_type"] == "diversity"]
     dist = df[(df["row_type"] == "summary") & (df["metric"] == "distinct-2") & (df["cell_kind"] == "clean")]
     out: list[Curve] = []
+    if "regime_index" in clean:  # regimes in config order
+        rank = clean.groupby("regime")["regime_index"].min()
+        clean = clean.assign(_r=clean["regime"].map(rank)).sort_values("_r", kind="stable")
     for (regime, curve), g in clean.groupby(["regime", "curve"], sort=False):
         pts = []
         for label, h in g.groupby("scheme", sort=False):

@@ -566,7 +566,7 @@ def run_cell(ctx: RunContext, cell: Cell) -> list[dict[str, Any]]:
     head = {
         "run": ctx.cfg.name, "cell_hash": cell.hash, "cell_kind": cell.kind, "scheme": unit.scheme,
         "scheme_name": unit.scheme_name, "scheme_params": unit.scheme_params, "curve": unit.curve or unit.scheme,
-        "regime": ctx.cfg.regime_list[unit.regime].name, "knob": ctx.knob(unit)[0], "knob_value": ctx.knob(unit)[1],
+        "regime": ctx.cfg.regime_list[unit.regime].name, "regime_index": unit.regime, "knob": ctx.knob(unit)[0], "knob_value": ctx.knob(unit)[1],
         "default_strength": ctx.knob(unit)[2], "backend": ctx.cfg.backends[unit.backend].name,
         "model_id": str(getattr(be, "model_id", "")), "length": unit.length,
         "prompt_set": ctx.cfg.prompt_sets[unit.prompt_set].name, "key_index": unit.key,
