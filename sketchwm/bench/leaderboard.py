@@ -318,7 +318,7 @@ AXES = {
                      "about how much the text changed and saturates at 1 on long texts.",
     "KL/token": "mean KL(p̃‖p) in nats between the tilted and the model's marginal at every sampled row, the "
                 "distortion a tilting scheme pays; it reads 0 for keyed-noise schemes (AAR, KTH) whose cost "
-                "shows instead as lost diversity across samples, and it is measured on the tempered marginals.",
+                "shows instead as lost diversity across samples, and it is measured before the sampler's temperature (at T = 0 the sampled path moves only where the tilt flips the argmax).",
     "tokens-to-detect": "median prefix length at which p <= 0.01 first holds, on a grid of `tokens_step` tokens "
                         "and never below the detector's minimum length; `inf` means most texts never reach it, and a "
                         "value equal to the minimum length is a floor, not a measurement.",
@@ -470,8 +470,8 @@ def _swept_columns(rc: list[Any], ref: dict[str, Any], atk: list[str], cols: dic
             cols[name][c.name] = est
             settings[(name, c.name)] = lab
         higher[name] = False
-    wb = {c.name: M.waterbench(c, ["tpr", "kl", "logppl", "diversity", *atk]) for c in rc}
-    for st, label, hi in [("kl", "WB KL/token", False), ("logppl", "WB log-PPL", False),
+    wb = {c.name: M.waterbench(c, ["tpr", "kl", "logppl", "distinct2", "diversity", *atk]) for c in rc}
+    for st, label, hi in [("kl", "WB KL/token", False), ("logppl", "WB log-PPL", False), ("distinct2", "WB distinct-2", True),
                           ("diversity", "WB diversity", True)] + [
             (a, "WB TPR " + a[4:].replace("@", " s="), True) for a in atk]:
         cols[label] = {}
@@ -526,7 +526,8 @@ def matched_section(df: pd.DataFrame, colours: dict[str, str], regime_info: dict
         settings: dict[tuple[str, str], str] = {}
         if not any(c.swept for c in rc):  # a regime run at default strengths only: the default points side by side
             for st, label, hi in [("tpr", "TPR (default strength)", True), ("kl", "KL/token", False), ("ttd", "tokens-to-detect", False),
-                                  ("logppl", "log-PPL", False), ("diversity", "diversity", True)] + [
+                                  ("logppl", "log-PPL", False), ("distinct2", "distinct-2", True),
+                                  ("diversity", "diversity", True)] + [
                     (a, "TPR " + a[4:].replace("@", " s="), True) for a in atk]:
                 cols[label] = {c.name: c.points[0].get(st) for c in rc}
                 higher[label] = hi
