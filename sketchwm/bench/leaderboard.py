@@ -565,6 +565,8 @@ def matched_section(df: pd.DataFrame, colours: dict[str, str], regime_info: dict
             knob = f"{c.knob} ({n_set})" if c.knob else "none (1 setting)"
             if wb[c.name][2] == "" and np.isfinite(wb[c.name][0]):
                 knob += f"; s*={wb[c.name][0]:.3g}"
+            if c.min_tokens is not None:
+                knob += f"; detector min {c.min_tokens} tokens" + (f", grid step {c.tokens_step}" if c.tokens_step else "")
             cells_md, cells_html = [], []
             for k in col_names:
                 est = cols[k][c.name]

@@ -127,12 +127,15 @@ class Point:
 @dataclass
 class Curve:
     """A scheme entry's sweep in one regime: ``name`` (the entry's label), the scheme's ``knob`` ("" for
-    none) and its points in increasing knob order."""
+    none), its points in increasing knob order, the detector's minimum length ``min_tokens`` and the
+    tokens-to-detect grid step ``tokens_step`` (None when the results do not say)."""
 
     regime: str
     name: str
     knob: str
     points: list[Point]
+    min_tokens: int | None = None
+    tokens_step: int | None = None
 
     @property
     def swept(self) -> bool:
@@ -212,7 +215,10 @@ def curves(df: pd.DataFrame) -> list[Curve]:
             kv = float(h["knob_value"].iloc[0]) if pd.notna(h["knob_value"].iloc[0]) else float("nan")
             pts.append(Point(str(label), kv, bool(h["default_strength"].iloc[0]), st))
         pts.sort(key=lambda p: (math.isnan(p.knob_value), p.knob_value))
-        out.append(Curve(str(regime), str(curve), str(g["knob"].iloc[0] or ""), pts))
+        mt = pd.to_numeric(g["min_tokens"], errors="coerce").max() if "min_tokens" in g else np.nan
+        step = pd.to_numeric(g["tokens_step"], errors="coerce").max() if "tokens_step" in g else np.nan
+        out.append(Curve(str(regime), str(curve), str(g["knob"].iloc[0] or ""), pts,
+                         int(mt) if pd.notna(mt) else None, int(step) if pd.notna(step) else None))
     return out
 
 
