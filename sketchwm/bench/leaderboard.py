@@ -23,6 +23,7 @@ import html
 import io
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -443,7 +444,10 @@ def pareto_svgs(cs: list[Any], refs: dict[str, dict[str, Any]], colours: dict[st
             fig.savefig(buf, format="svg", bbox_inches="tight")
             plt.close(fig)
         svg = buf.getvalue()
-        out[regime] = svg[svg.index("<svg"):]
+        svg = svg[svg.index("<svg"):]
+        # inline in HTML5: the namespace declarations and the RDF metadata are not needed (and name URLs)
+        svg = re.sub(r'\s+xmlns(:xlink)?="[^"]*"', "", svg, count=2)
+        out[regime] = re.sub(r"<metadata>.*?</metadata>", "", svg, flags=re.S)
     return out
 
 
