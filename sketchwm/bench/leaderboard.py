@@ -619,7 +619,7 @@ def matched_section(df: pd.DataFrame, colours: dict[str, str], regime_info: dict
         for c in greedy:
             p = next((q for q in c.points if q.default), c.points[0])
             lines.append(f"{c.name}: TPR at 1% FPR {_fmt_est(p.get('tpr'))}, KL/token {_fmt_est(p.get('kl'))}, "
-                         f"tokens-to-detect {_fmt_est(p.get('ttd'))}")
+                         f"tokens-to-detect {_fmt_est(p.get('ttd'), integer=True)}")
         g = greedy[0].regime
         txt = (f"What a user decoding with the greedy default (`{g}`) gets from each tilting scheme at its default "
                f"strength: " + "; ".join(lines) + ".")
@@ -746,9 +746,10 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
     p = out / "matched-quality.csv"
     _atomic_write(p, mt.rows.to_csv(index=False))
     written.append(p)
-    for regime, svg in mt.svgs.items():
+    for regime, svg in mt.svgs.items():  # a standalone file needs the namespaces the inline copy drops
         p = out / f"pareto-{_slug(regime)}.svg"
-        _atomic_write(p, svg)
+        _atomic_write(p, svg.replace("<svg ", '<svg xmlns="http://www.w3.org/2000/svg" '
+                                              'xmlns:xlink="http://www.w3.org/1999/xlink" ', 1))
         written.append(p)
     for name, b64 in figs.items():
         p = out / f"{name}.png"
