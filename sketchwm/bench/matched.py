@@ -127,8 +127,9 @@ class Point:
 @dataclass
 class Curve:
     """A scheme entry's sweep in one regime: ``name`` (the entry's label), the scheme's ``knob`` ("" for
-    none), its points in increasing knob order, the detector's minimum length ``min_tokens`` and the
-    tokens-to-detect grid step ``tokens_step`` (None when the results do not say)."""
+    none), its points from the weakest setting to the strongest (the knob's declared direction), the
+    detector's minimum length ``min_tokens`` and the tokens-to-detect grid step ``tokens_step`` (None
+    when the results do not say)."""
 
     regime: str
     name: str
@@ -214,7 +215,8 @@ def curves(df: pd.DataFrame) -> list[Curve]:
                 st[f"tpr:{fam}@{strength:g}"] = estimate(_col(ah, "detected"), ah["key_index"].to_numpy())
             kv = float(h["knob_value"].iloc[0]) if pd.notna(h["knob_value"].iloc[0]) else float("nan")
             pts.append(Point(str(label), kv, bool(h["default_strength"].iloc[0]), st))
-        pts.sort(key=lambda p: (math.isnan(p.knob_value), p.knob_value))
+        lower = "knob_stronger" in g and str(g["knob_stronger"].iloc[0]) == "lower"
+        pts.sort(key=lambda p: (math.isnan(p.knob_value), -p.knob_value if lower else p.knob_value))
         mt = pd.to_numeric(g["min_tokens"], errors="coerce").max() if "min_tokens" in g else np.nan
         step = pd.to_numeric(g["tokens_step"], errors="coerce").max() if "tokens_step" in g else np.nan
         out.append(Curve(str(regime), str(curve), str(g["knob"].iloc[0] or ""), pts,

@@ -346,14 +346,15 @@ class RunContext:
         key = ("div", unit) if watermarked else ("div-null", unit.backend, unit.length, unit.prompt_set, unit.regime)
         return self._get(key, build)
 
-    def knob(self, unit: Unit) -> tuple[str, float, bool]:
-        """The unit's strength knob: (Params field or "", its value or NaN, whether it is the scheme's default)."""
-        def build() -> tuple[str, float, bool]:
+    def knob(self, unit: Unit) -> tuple[str, float, bool, str]:
+        """The unit's strength knob: (Params field or "", its value or NaN, whether it is the scheme's default,
+        which direction is stronger: "higher" or "lower")."""
+        def build() -> tuple[str, float, bool, str]:
             cls = self.registry.get("scheme", unit.scheme_name)
             st = cls.strength
             v = st.value_of(cls.parse_params(json.loads(unit.scheme_params)))
             d = st.value_of(cls.parse_params(None))
-            return st.field or "", float("nan") if v is None else v, v == d
+            return st.field or "", float("nan") if v is None else v, v == d, st.stronger
         return self._get(("knob", unit), build)
 
     def scheme(self, unit: Unit) -> Any:
@@ -567,7 +568,7 @@ def run_cell(ctx: RunContext, cell: Cell) -> list[dict[str, Any]]:
         "run": ctx.cfg.name, "cell_hash": cell.hash, "cell_kind": cell.kind, "scheme": unit.scheme,
         "scheme_name": unit.scheme_name, "scheme_params": unit.scheme_params, "curve": unit.curve or unit.scheme,
         "regime": ctx.cfg.regime_list[unit.regime].name, "regime_index": unit.regime, "knob": ctx.knob(unit)[0], "knob_value": ctx.knob(unit)[1],
-        "default_strength": ctx.knob(unit)[2], "tokens_step": ctx.cfg.tokens_step,
+        "default_strength": ctx.knob(unit)[2], "knob_stronger": ctx.knob(unit)[3], "tokens_step": ctx.cfg.tokens_step,
         "min_tokens": int(getattr(ctx.scheme(unit), "min_tokens", 1)) if cell.kind not in THEORY_KINDS else None, "backend": ctx.cfg.backends[unit.backend].name,
         "model_id": str(getattr(be, "model_id", "")), "length": unit.length,
         "prompt_set": ctx.cfg.prompt_sets[unit.prompt_set].name, "key_index": unit.key,
