@@ -80,7 +80,9 @@ class SchemeEntry(StrictModel):
                 for part in path:
                     node = node.setdefault(part, {})
                 node[leaf] = v
-            out.append((f"{base}[{','.join(f'{k.split(chr(46))[-1]}={v:g}' if isinstance(v, float) else f'{k.split(chr(46))[-1]}={v}' for k, v in zip(keys, values))}]", params))
+            shown = [f"{k.split('.')[-1]}={v:g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}"
+                     for k, v in zip(keys, values)]
+            out.append((f"{base}[{','.join(shown)}]", params))
         return out
 
 

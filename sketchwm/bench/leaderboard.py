@@ -319,7 +319,8 @@ AXES = {
                      "about how much the text changed and saturates at 1 on long texts.",
     "KL/token": "mean KL(p̃‖p) in nats between the tilted and the model's marginal at every sampled row, the "
                 "distortion a tilting scheme pays; it reads 0 for keyed-noise schemes (AAR, KTH) whose cost "
-                "shows instead as lost diversity across samples, and it is measured before the sampler's temperature (at T = 0 the sampled path moves only where the tilt flips the argmax).",
+                "shows instead as lost diversity across samples, and it is measured before the sampler's "
+                "temperature (at T = 0 the sampled path moves only where the tilt flips the argmax).",
     "tokens-to-detect": "median prefix length at which p <= 0.01 first holds, on a grid of `tokens_step` tokens "
                         "and never below the detector's minimum length; `inf` means most texts never reach it, and a "
                         "value equal to the minimum length is a floor, not a measurement.",
@@ -417,8 +418,9 @@ def pareto_svgs(cs: list[Any], refs: dict[str, dict[str, Any]], colours: dict[st
                     cap = lambda v: min(v, ttd_cap) if ys == "ttd" else v  # noqa: E731
                     x = np.array([p.get(xs).mean for p in pts])
                     y = np.array([cap(p.get(ys).mean) for p in pts])
-                    lo = np.array([cap(p.get(ys).lo) if np.isfinite(p.get(ys).lo) or np.isinf(p.get(ys).lo) else cap(p.get(ys).mean) for p in pts])
-                    hi = np.array([cap(p.get(ys).hi) if np.isfinite(p.get(ys).hi) or np.isinf(p.get(ys).hi) else cap(p.get(ys).mean) for p in pts])
+                    bound = lambda v, m: cap(m if np.isnan(v) else v)  # noqa: E731  (no interval: the point)
+                    lo = np.array([bound(p.get(ys).lo, p.get(ys).mean) for p in pts])
+                    hi = np.array([bound(p.get(ys).hi, p.get(ys).mean) for p in pts])
                     sid = _slug(c.name)
                     if len(pts) > 1:
                         ax.fill_between(x, lo, hi, color=col, alpha=0.18, lw=0, gid=f"band-{pid}-{sid}")
