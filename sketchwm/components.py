@@ -43,6 +43,7 @@ __all__ = [
     "check_token_ids",
     "WatermarkScheme",
     "SchemeScores",
+    "Strength",
     "Attack",
     "AttackOutput",
     "tokenizer_fingerprint",
@@ -1163,6 +1164,60 @@ class SchemeScores:
     p_value_method: str
 
 
+@dataclass(frozen=True)
+class Strength:
+    """A scheme's strength knob and its default sweep (read by ``sketchwm bench`` to sweep any scheme).
+
+    A scheme declares it in one line, e.g. ``strength = Strength("delta", (0.5, 1.0, 2.0, 4.0))``,
+    or ``strength = Strength.none("distortion-free: keyed noise replaces the sampler's")`` when it
+    has no knob (the benchmark then runs it as a single point and says why on the leaderboard).
+
+    Attributes:
+        field: dotted path of the knob in the scheme's ``Params`` (e.g. ``"delta"`` or
+            ``"score.params.gamma"``), or None for no knob.
+        grid: default sweep, ascending; should hold the field's default so the default point is
+            part of every curve (the conformance suite checks each value validates).
+        stronger: ``"higher"`` when a larger value embeds more strongly (more detectable, more
+            distortion), ``"lower"`` otherwise.
+        reason: why there is no knob (``field`` None), shown on the leaderboard.
+
+    Raises:
+        ValueError: a field with an empty grid, or a grid without a field.
+    """
+
+    field: str | None
+    grid: tuple[float, ...] = ()
+    stronger: Literal["higher", "lower"] = "higher"
+    reason: str = ""
+
+    def __post_init__(self) -> None:
+        if self.field is not None and not self.grid:
+            raise ValueError(f"strength knob {self.field!r} needs a non-empty default grid")
+        if self.field is None and self.grid:
+            raise ValueError("a strength grid needs the Params field it sets")
+
+    @classmethod
+    def none(cls, reason: str = "declares no strength knob") -> "Strength":
+        """No knob: the scheme is one point of every comparison; ``reason`` says why."""
+        return cls(None, (), reason=reason)
+
+    @property
+    def sweeps(self) -> bool:
+        """Whether there is a knob to sweep."""
+        return self.field is not None
+
+    def value_of(self, params: StrictModel) -> float | None:
+        """The knob's value in validated ``params`` (None without a knob or when the path is absent)."""
+        if self.field is None:
+            return None
+        node: Any = params
+        for part in self.field.split("."):
+            node = node.get(part) if isinstance(node, dict) else getattr(node, part, None)
+            if node is None:
+                return None
+        return float(node)
+
+
 class WatermarkScheme(Component):
     """A watermark: hooks the engine calls during denoising, and a detector.
 
@@ -1200,6 +1255,9 @@ class WatermarkScheme(Component):
     #: ``"keyed"``: the scheme's :meth:`sampling_uniforms` supplies it (the engine calls that hook
     #: only then; user sampling loops cannot run such a scheme, :class:`sketchwm.userloop.LogitsTilter`).
     noise: Literal["sampler", "keyed"] = "sampler"
+    #: The strength knob and its default sweep (:class:`Strength`); a scheme that declares none is
+    #: benchmarked as a single point.
+    strength: ClassVar[Strength] = Strength.none()
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):
         self._init_table_owner(params, vocab_size, device)

@@ -20,7 +20,7 @@ import torch
 
 from .errors import InputError
 
-__all__ = ["ngram_codes", "distinct_n", "seq_rep_n", "top_token_share", "repetition_report"]
+__all__ = ["ngram_codes", "distinct_n", "cross_sample_distinct", "seq_rep_n", "top_token_share", "repetition_report"]
 
 _INT64_MAX = torch.iinfo(torch.int64).max
 
@@ -101,6 +101,32 @@ def distinct_n(ids: torch.Tensor, valid: torch.Tensor, n: int = 2) -> torch.Tens
     distinct, total = _distinct_counts(codes, mask)
     out = distinct.double() / total.double().clamp_min(1)
     return torch.where(total > 0, out, torch.full_like(out, float("nan")))
+
+
+def cross_sample_distinct(samples: list[list[int]], n: int = 2) -> float:
+    """distinct-n across samples: distinct n-grams of k samples of one prompt pooled, over their n-grams.
+
+    Each sample's n-grams are taken within that sample (none spans two samples), then pooled: 1.0
+    when no n-gram recurs anywhere, 1/k when the k samples are the same text with no repeat inside.
+    Diversity of the outputs for one prompt under one key (a keyed-noise scheme that is
+    distortion-free per sample can repeat itself across samples).
+
+    Args:
+        samples: k token-id lists of one prompt; n: n-gram order.
+
+    Returns:
+        float in (0, 1]; NaN when no sample has n tokens.
+
+    Raises:
+        InputError: as :func:`ngram_codes`.
+    """
+    from .detection import pad_ids
+
+    ids, valid = pad_ids(samples)  # (k, N)
+    codes, mask = ngram_codes(ids, valid, n)  # (k, L)
+    pooled, pooled_mask = codes.reshape(1, -1), mask.reshape(1, -1)  # (1, k·L): one row of every sample's n-grams
+    distinct, total = _distinct_counts(pooled, pooled_mask)
+    return float(distinct[0]) / float(total[0]) if int(total[0]) else float("nan")
 
 
 def seq_rep_n(ids: torch.Tensor, valid: torch.Tensor, n: int = 4) -> torch.Tensor:

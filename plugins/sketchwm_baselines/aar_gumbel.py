@@ -31,7 +31,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from sketchwm.components import DenoiseStep, SchemeScores
+from sketchwm.components import DenoiseStep, SchemeScores, Strength
 from sketchwm.prf import keyed_uniform
 from sketchwm.stats import gamma_logsf, log10_threshold, scores_from_log_p, standardise
 
@@ -62,6 +62,7 @@ class AARGumbelScheme(KeyedNoiseScheme):
 
     name = "aar-gumbel"
     Params = AARGumbelParams
+    strength = Strength.none("distortion-free: keyed uniforms replace the sampling noise, no strength knob")
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):
         super().__init__(params, key, vocab_size, device)

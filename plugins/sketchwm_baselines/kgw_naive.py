@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from sketchwm.components import DenoiseStep, MarginalReads
+from sketchwm.components import DenoiseStep, MarginalReads, Strength
 
 from .context import KeyedRowCache, context_hash, gather_context
 from .green import ContextGreenListScheme, GreenListParams
@@ -30,6 +30,7 @@ class KGWNaiveScheme(ContextGreenListScheme):
 
     name = "kgw-naive"
     Params = KGWNaiveParams
+    strength = Strength("delta", (0.5, 1.0, 2.0, 3.0))  # green-logit shift δ; default 2
     reads = MarginalReads.sampled()  # a row's tilt depends on that row and the known tokens only
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):

@@ -37,7 +37,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from sketchwm.components import DenoiseStep, SchemeScores
+from sketchwm.components import DenoiseStep, SchemeScores, Strength
 from sketchwm.config import StrictModel
 from sketchwm.prf import keyed_uniform
 from sketchwm.stats import permutation_pvalue, standardise
@@ -124,6 +124,7 @@ class KTHExpEditScheme(KeyedNoiseScheme):
 
     name = "kth-exp-edit"
     Params = KTHExpEditParams
+    strength = Strength.none("distortion-free: keyed uniforms indexed by position, no strength knob")
 
     def seed_domain(self) -> str:
         """The key sequence ξ's domain, ``baselines/kth-exp/xi``."""

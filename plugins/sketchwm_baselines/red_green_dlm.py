@@ -41,7 +41,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from sketchwm.components import DenoiseStep, MarginalReads
+from sketchwm.components import DenoiseStep, MarginalReads, Strength
 
 from .context import context_hash
 from .green import ContextGreenListScheme, GreenListParams
@@ -71,6 +71,7 @@ class RedGreenDLMScheme(ContextGreenListScheme):
 
     name = "red-green-dlm"
     Params = RedGreenDLMParams
+    strength = Strength("delta", (0.5, 1.0, 2.0, 3.0))  # green-logit shift δ; default 2
 
     @property
     def reads(self) -> MarginalReads:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from sketchwm.components import DenoiseStep, MarginalReads, SchemeScores, WatermarkScheme, distinct_token_sums
+from sketchwm.components import DenoiseStep, MarginalReads, SchemeScores, Strength, WatermarkScheme, distinct_token_sums
 from sketchwm.config import StrictModel
 from sketchwm.prf import keyed_uniform
 from sketchwm.stats import hypergeom_logsf, log10_threshold, scores_from_log_p, standardise
@@ -44,6 +44,7 @@ class UnigramScheme(WatermarkScheme):
 
     name = "unigram"
     Params = UnigramParams
+    strength = Strength("delta", (0.5, 1.0, 2.0, 3.0))  # green-logit shift δ; default 2
     reads = MarginalReads.sampled()  # the tilt of a row depends on that row only
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):

@@ -121,7 +121,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from sketchwm.components import (DenoiseStep, MarginalReads, Marginals, SchemeScores, WatermarkScheme, distinct_token_sums,
+from sketchwm.components import (DenoiseStep, MarginalReads, Marginals, SchemeScores, Strength, WatermarkScheme, distinct_token_sums,
                                  packed_masked_positions, row_index, serial_on_cpu)
 from sketchwm.config import ComponentSpec, StrictModel
 from sketchwm.context import BuildContext
@@ -461,6 +461,7 @@ class GlobalSketchScheme(WatermarkScheme):
 
     name = "global-sketch"
     Params = GlobalSketchParams
+    strength = Strength("delta", (0.25, 0.5, 0.75, 1.0))  # δ of η_t = δ·√n̂·s(t); default 0.75
     #: eq. 5 reads every masked row (Σ_{i∈M_t} p_i; with a stop token, cumulative sums over the rows
     #: in canvas order, which the packing keeps); the tilt is applied to the target rows only.
     #: Incremental: between refreshes the statistic is updated from the targets (:meth:`_masked_sums`).

@@ -14,6 +14,10 @@ scrub-rate             fraction    high   stealing     detected texts no longer 
 semantic-similarity    cosine      high   quality      mean similarity of attacked to original text
 oracle-ppl             ppl         low    quality      median SmolLM2-135M perplexity of the texts
 oracle-ppl-ratio       ratio       low    quality      median ppl(watermarked) / median ppl(unwatermarked)
+oracle-log-ppl         nats/token  low    quality      mean over texts of log ppl (mean oracle NLL per token)
+oracle-log-ppl-null    nats/token  low    quality      the same for unwatermarked texts (same model, regime)
+diversity-across       fraction    high   quality      distinct-2 across k samples of one prompt, one key
+diversity-across-null  fraction    high   quality      the same for unwatermarked samples (reference)
 kl-per-token           nats/token  low    quality      mean KL(p̃‖p) of the sampled marginals (Thm 5.1)
 distinct-2             fraction    high   quality      mean distinct-2 of the watermarked texts
 seq-rep-4              fraction    low    quality      mean seq-rep-4 (repetition) of the watermarked texts
@@ -181,6 +185,57 @@ class OraclePPLRatio(Metric):
         return MetricValue(float(np.nanmedian(cell.ppl) / np.nanmedian(cell.null_ppl)), int(np.isfinite(cell.ppl).sum()))
 
 
+class OracleLogPPL(Metric):
+    """Mean over texts of the oracle log-perplexity (mean negative log-likelihood per oracle token, nats)."""
+
+    name, unit, higher_is_better, task, kinds = "oracle-log-ppl", "nats/token", False, "quality", ("clean",)
+
+    def values(self, cell: CellData) -> np.ndarray | None:
+        """(n,) per-text log-perplexities, or None."""
+        return None if cell.ppl is None else np.log(cell.ppl)
+
+    def compute(self, cell: CellData) -> MetricValue | None:
+        v = self.values(cell)
+        if v is None or not np.isfinite(v).any():
+            return None
+        return MetricValue(float(np.nanmean(v)), int(np.isfinite(v).sum()))
+
+
+class OracleLogPPLNull(OracleLogPPL):
+    """Mean oracle log-perplexity of the unwatermarked texts of the same model, length and regime."""
+
+    name = "oracle-log-ppl-null"
+
+    def values(self, cell: CellData) -> np.ndarray | None:
+        return None if cell.null_ppl is None else np.log(cell.null_ppl)
+
+
+class DiversityAcross(Metric):
+    """Diversity across samples: mean over prompts of distinct-2 of k samples of one prompt under one key
+    (:func:`sketchwm.quality.cross_sample_distinct`); config ``diversity``."""
+
+    name, unit, task, kinds = "diversity-across", "fraction", "quality", ("clean",)
+
+    def values(self, cell: CellData) -> np.ndarray | None:
+        """(m,) per-prompt values, or None."""
+        return cell.diversity
+
+    def compute(self, cell: CellData) -> MetricValue | None:
+        v = self.values(cell)
+        if v is None or not np.isfinite(v).any():
+            return None
+        return MetricValue(float(np.nanmean(v)), int(np.isfinite(v).sum()))
+
+
+class DiversityAcrossNull(DiversityAcross):
+    """Diversity across unwatermarked samples of the same prompts (the reference)."""
+
+    name = "diversity-across-null"
+
+    def values(self, cell: CellData) -> np.ndarray | None:
+        return cell.null_diversity
+
+
 class KLPerToken(Metric):
     """Mean per-token KL(p̃‖p) (nats) of the marginals the watermarked text was sampled from (Thm 5.1's
     distortion; 0 for schemes that do not tilt the logits, e.g. the distortion-free AAR and KTH)."""
@@ -344,7 +399,8 @@ THEORY_METRICS: tuple[type[Metric], ...] = (KLChain, KLPath, KLChainZ, FisherRat
 
 BUILTIN_METRICS: tuple[type[Metric], ...] = (
     TPRAtFPR, TPRAtFPR01, TPRAnalytic, FPRObserved, ROCAUC, TokensToDetect, SpoofRate, ScrubRate,
-    SemanticSimilarity, OraclePPL, OraclePPLRatio, KLPerToken, Distinct2, SeqRep4, GenThroughput, DetectThroughput,
+    SemanticSimilarity, OraclePPL, OraclePPLRatio, OracleLogPPL, OracleLogPPLNull, KLPerToken, DiversityAcross,
+    DiversityAcrossNull, Distinct2, SeqRep4, GenThroughput, DetectThroughput,
 ) + THEORY_METRICS
 
 

@@ -71,7 +71,9 @@ def add_subparsers(sub: "argparse._SubParsersAction", parents: "list[argparse.Ar
     lb = sub.add_parser("leaderboard", parents=parents, help="Markdown, CSV pivots and an offline index.html from bench results")
     lb.add_argument("results", help="results folder written by `sketchwm bench run`")
     lb.add_argument("--out", required=True, help="output folder")
-    lb.add_argument("--readme", help="also replace the leaderboard section of this README (between markers)")
+    lb.add_argument("--readme", nargs="?", const="benchmarks/README.md",
+                    help="also replace the leaderboard section of this Markdown file, between markers "
+                         "(default benchmarks/README.md, where measured results live)")
     lb.add_argument("--command-line", dest="command_line", default="",
                     help="the command that produced the results (shown with the tables)")
     lb.set_defaults(func=cmd_leaderboard)

@@ -1,15 +1,20 @@
 """The benchmark grid configuration (YAML or JSON), validated by pydantic with unknown fields rejected.
 
-A grid is schemes × scheme params × backends × attacks × attack strengths × lengths × prompt sets ×
-keys. Example (``benchmarks/configs/smoke.yaml``)::
+A grid is schemes × scheme strengths × decoding regimes × backends × attacks × attack strengths ×
+lengths × prompt sets × keys. Example::
 
     name: smoke
     backends: [{name: tiny}]
-    schemes: [{name: global-sketch}, {name: unigram, grid: {delta: [1.0, 2.0]}}]
+    sweep: true                     # every scheme over its declared strength grid
+    regimes: [mdlm-random-t1, llada-greedy]
+    schemes: [{name: global-sketch}, {name: unigram, strengths: [1.0, 2.0, 4.0]}, {name: aar-gumbel}]
     lengths: [32]
     prompt_sets: [{name: tiny, source: tiny, n: 16}]
-    keys: 2
+    keys: 3
     attacks: [{name: delete-random, strengths: [0.1, 0.3]}]
+
+A config names a shipped config by its stem (``smoke``) anywhere a path is accepted
+(:func:`resolve_config`): the configs are package data of the wheel.
 """
 
 from __future__ import annotations
@@ -19,39 +24,55 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from ..config import ComponentSpec, StrictModel, validate_params
 from ..errors import ConfigError
 from ..stats import conformal_min_size
 
-__all__ = ["BenchConfig", "SchemeEntry", "AttackEntry", "PromptSet", "StealingSpec", "TheorySpec", "load_config"]
+__all__ = ["BenchConfig", "SchemeEntry", "AttackEntry", "PromptSet", "StealingSpec", "TheorySpec", "Regime", "REGIMES",
+           "DiversitySpec", "load_config", "resolve_config", "shipped_configs"]
 
 
 class SchemeEntry(StrictModel):
-    """A registered scheme, its base params and an optional params grid.
+    """A registered scheme, its base params and an optional params grid or strength sweep.
 
     Attributes:
         name: registered scheme name.
-        label: name on the leaderboard (default ``name``; grid variants append ``[k=v,...]``).
+        label: name on the leaderboard (default ``name``; grid and sweep variants append ``[k=v,...]``).
         params: base params.
         grid: dotted param path → values, e.g. ``{"score.params.gamma": [0.25, 0.5]}``; the
             Cartesian product gives one variant each.
+        strengths: values of the scheme's declared strength knob
+            (:attr:`sketchwm.components.WatermarkScheme.strength`) to sweep instead of its default
+            grid; setting it sweeps this scheme whatever the config's ``sweep``.
+        sweep: sweep this scheme over its declared grid (None: the config's ``sweep``).
     """
 
     name: str
     label: str | None = None
     params: dict[str, Any] = {}
     grid: dict[str, list[Any]] = {}
+    strengths: list[float] | None = Field(None, min_length=1)
+    sweep: bool | None = None
 
-    def variants(self) -> list[tuple[str, dict[str, Any]]]:
-        """(label, params) of every grid point (one when no grid)."""
+    def variants(self, strength: Any = None, sweep: bool = False) -> list[tuple[str, dict[str, Any]]]:
+        """(label, params) of every grid point (one when no grid and no sweep).
+
+        Args:
+            strength: the scheme's declared :class:`sketchwm.components.Strength` (None: unknown,
+                no sweep); sweep: the config's ``sweep`` (this entry's ``sweep``/``strengths`` win).
+        """
         base = self.label or self.name
-        if not self.grid:
+        grid = dict(self.grid)
+        do_sweep = self.strengths is not None or (self.sweep if self.sweep is not None else sweep)
+        if do_sweep and strength is not None and strength.field is not None and strength.field not in grid:
+            grid[strength.field] = list(self.strengths if self.strengths is not None else strength.grid)
+        if not grid:
             return [(base, dict(self.params))]
         out = []
-        keys = list(self.grid)
-        for values in itertools.product(*(self.grid[k] for k in keys)):
+        keys = list(grid)
+        for values in itertools.product(*(grid[k] for k in keys)):
             params = json.loads(json.dumps(self.params))
             for k, v in zip(keys, values):
                 node = params
@@ -59,8 +80,28 @@ class SchemeEntry(StrictModel):
                 for part in path:
                     node = node.setdefault(part, {})
                 node[leaf] = v
-            out.append((f"{base}[{','.join(f'{k.split(chr(46))[-1]}={v}' for k, v in zip(keys, values))}]", params))
+            shown = [f"{k.split('.')[-1]}={v:g}" if isinstance(v, float) else f"{k.split('.')[-1]}={v}"
+                     for k, v in zip(keys, values)]
+            out.append((f"{base}[{','.join(shown)}]", params))
         return out
+
+
+def check_unique_labels(schemes: list[tuple[int, SchemeEntry, list[str]]]) -> None:
+    """Raise ValueError naming the entries whose labels collide and the ``label:`` field that fixes it.
+
+    Args:
+        schemes: (index in ``schemes:``, entry, its variant labels) for every entry.
+    """
+    seen: dict[str, int] = {}
+    for i, entry, labels in schemes:
+        for lab in labels:
+            if lab in seen:
+                j = seen[lab]
+                raise ValueError(
+                    f"scheme label {lab!r} is used twice (schemes[{j}] and schemes[{i}], both {entry.name!r}"
+                    f"{' variants' if lab != (entry.label or entry.name) else ''}); give one of them its own "
+                    f"`label:` field, e.g. `- {{name: {entry.name}, label: {entry.name}-2, ...}}`")
+            seen[lab] = i
 
 
 class AttackEntry(StrictModel):
@@ -128,6 +169,58 @@ class TheorySpec(StrictModel):
         return self
 
 
+class Regime(StrictModel):
+    """A named decoding regime: sampler settings every cell of the regime uses.
+
+    Attributes:
+        name: the ``regime`` column of the results (e.g. ``llada-blocks-t0.5``).
+        sampler: :class:`sketchwm.engine.SamplerConfig` fields over the config's ``sampler``
+            (``block_length: null`` means one block of the whole generation; ``gen_length`` comes
+            from ``lengths``).
+        sweep: False runs every scheme at its default strength only (a regime users get by default).
+        description: one line for the leaderboard.
+    """
+
+    name: str = Field(min_length=1)
+    sampler: dict[str, Any] = {}
+    sweep: bool = True
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> "Regime":
+        from ..engine import SamplerConfig
+
+        bad = sorted(set(self.sampler) - set(SamplerConfig.model_fields) - {"gen_length"})
+        if bad:
+            raise ValueError(f"regime {self.name!r}: unknown sampler field(s) {bad} "
+                             f"(SamplerConfig has {sorted(SamplerConfig.model_fields)})")
+        return self
+
+
+#: The named regimes a config can list by name (the decoding people use, see docs/leaderboard.md).
+REGIMES: dict[str, Regime] = {r.name: r for r in (
+    Regime(name="mdlm-random-t1", sampler={"block_length": None, "remasking": "random", "temperature": 1.0, "top_p": 1.0},
+           description="MDLM-style: one block, random unmasking order, T = 1"),
+    Regime(name="llada-blocks-t0.5", sampler={"block_length": 32, "remasking": "low_confidence", "temperature": 0.5,
+                                              "top_p": 1.0},
+           description="LLaDA-style: blocks of 32, low-confidence remasking, T = 0.5"),
+    Regime(name="dream-entropy-t0.2", sampler={"block_length": None, "remasking": "entropy", "temperature": 0.2,
+                                               "top_p": 0.95},
+           description="Dream-style: one block, entropy remasking, T = 0.2, top-p 0.95"),
+    Regime(name="llada-greedy", sampler={"block_length": 32, "remasking": "low_confidence", "temperature": 0.0,
+                                         "top_p": 1.0}, sweep=False,
+           description="LLaDA's default: greedy (T = 0), low-confidence remasking, blocks of 32, default strengths"),
+)}
+
+
+class DiversitySpec(StrictModel):
+    """Diversity across samples: ``samples`` texts of each of the first ``prompts`` prompts under one key
+    (and as many unwatermarked ones, the reference)."""
+
+    prompts: int = Field(4, ge=1)
+    samples: int = Field(4, ge=4)
+
+
 class BenchConfig(StrictModel):
     """A benchmark grid (see module doc).
 
@@ -138,6 +231,10 @@ class BenchConfig(StrictModel):
         keys: number of keys (derived from ``key_seed`` with HMAC-SHA256; ≥ 2 by default since
             per-key variation is real).
         sampler: extra :class:`sketchwm.engine.SamplerConfig` fields (``gen_length`` comes from ``lengths``).
+        regimes: decoding regimes (names of :data:`REGIMES` or :class:`Regime` mappings); None: one
+            regime ``default`` with ``sampler`` alone.
+        sweep: sweep every scheme over its declared strength grid (schemes without a knob: one point).
+        diversity: diversity across samples (:class:`DiversitySpec`), or None to skip it.
         n_null_cal, n_null_fpr: unwatermarked texts for the conformal threshold and, disjoint, for the
             reported FPR and ROC negatives.
         stealing: optional stealing spec. theory: optional theory checks (:class:`TheorySpec`).
@@ -157,6 +254,9 @@ class BenchConfig(StrictModel):
     keys: int = Field(2, ge=1)
     key_seed: str = "sketchwm-bench"
     sampler: dict[str, Any] = {}
+    regimes: list[Regime] | None = Field(None, min_length=1)
+    sweep: bool = False
+    diversity: DiversitySpec | None = None
     n_null_cal: int = Field(100, ge=1)
     n_null_fpr: int = Field(100, ge=1)
     stealing: StealingSpec | None = None
@@ -169,6 +269,29 @@ class BenchConfig(StrictModel):
     seed: int = 0
     batch_size: int = Field(16, ge=1)
 
+    @field_validator("regimes", mode="before")
+    @classmethod
+    def _named_regimes(cls, v: Any) -> Any:
+        if v is None:
+            return v
+        out = []
+        for r in v:
+            if isinstance(r, str):
+                if r not in REGIMES:
+                    import difflib
+
+                    close = difflib.get_close_matches(r, list(REGIMES), n=2)
+                    raise ValueError(f"unknown regime {r!r}" + (f"; did you mean {close[0]!r}?" if close else "")
+                                     + f" (named regimes: {', '.join(REGIMES)}; or give {{name:, sampler: {{...}}}})")
+                r = REGIMES[r]
+            out.append(r)
+        return out
+
+    @property
+    def regime_list(self) -> list[Regime]:
+        """The regimes of the run (``default``, the config's ``sampler`` alone, when none is named)."""
+        return list(self.regimes) if self.regimes else [Regime(name="default")]
+
     @model_validator(mode="after")
     def _check(self) -> "BenchConfig":
         need = conformal_min_size(0.01)
@@ -178,9 +301,11 @@ class BenchConfig(StrictModel):
 
             warnings.warn(f"n_null_cal={self.n_null_cal} < {need}: TPR at 1% FPR will be NaN (flagged in the results)",
                           stacklevel=2)
+        check_unique_labels([(i, s, [lab for lab, _ in s.variants()]) for i, s in enumerate(self.schemes)])
         labels = [lab for s in self.schemes for lab, _ in s.variants()]
-        if len(set(labels)) != len(labels):
-            raise ValueError(f"scheme labels must be unique, got {labels}")
+        names = [r.name for r in self.regime_list]
+        if len(set(names)) != len(names):
+            raise ValueError(f"regime names must be unique, got {names}")
         if self.theory is not None and self.theory.schemes is not None:
             unknown = sorted(set(self.theory.schemes) - set(labels) - {e.name for e in self.schemes})
             if unknown:
@@ -191,15 +316,45 @@ class BenchConfig(StrictModel):
         return self
 
 
+def _config_dirs() -> list[Path]:
+    """Where shipped configs live: the wheel's ``sketchwm/bench/configs`` (package data, copied
+    from ``benchmarks/configs`` at build time), then the source checkout's ``benchmarks/configs``."""
+    here = Path(__file__).resolve().parent
+    return [here / "configs", here.parents[1] / "benchmarks" / "configs"]
+
+
+def shipped_configs() -> dict[str, Path]:
+    """``{stem: path}`` of the configs shipped with sketchwm (first location wins)."""
+    out: dict[str, Path] = {}
+    for d in _config_dirs():
+        for p in sorted(d.glob("*.yaml")) if d.is_dir() else []:
+            out.setdefault(p.stem, p)
+    return out
+
+
+def resolve_config(name_or_path: str | Path) -> Path:
+    """A config file: an existing path, else a shipped config by name (``smoke`` or ``smoke.yaml``).
+
+    Raises:
+        ConfigError: neither a file nor a shipped config (the message lists the shipped names).
+    """
+    p = Path(name_or_path)
+    if p.is_file():
+        return p
+    shipped = shipped_configs()
+    stem = p.name[: -len(p.suffix)] if p.suffix in (".yaml", ".yml", ".json") else p.name
+    if stem in shipped and (p.parent == Path(".") or not p.parent.exists() or p.parent.name == "configs"):
+        return shipped[stem]
+    raise ConfigError(f"benchmark config not found: {p} (shipped configs, by name: {', '.join(shipped) or 'none'})")
+
+
 def load_config(path: str | Path) -> BenchConfig:
-    """Read and validate a YAML (``.yaml``/``.yml``) or JSON benchmark config.
+    """Read and validate a YAML (``.yaml``/``.yml``) or JSON benchmark config, or a shipped one by name.
 
     Raises:
         ConfigError: missing file, unparsable file or invalid fields (one line naming the problem).
     """
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"benchmark config not found: {p}")
+    p = resolve_config(path)
     text = p.read_text(encoding="utf-8")
     try:
         if p.suffix in (".yaml", ".yml"):

@@ -70,6 +70,8 @@ class CellData:
         token_ids: the texts' token ids (the generating model's tokenizer), or None.
         kl: per sampled row, KL(p̃‖p) in nats of the tilted vs the model's marginal during generation, or None.
         gen_tokens_per_s, detect_tokens_per_s: throughput of this cell's generation / detection, or None.
+        diversity, null_diversity: (m,) float64 distinct-2 across k samples of each of m prompts,
+            watermarked under the cell's key / unwatermarked (:func:`sketchwm.quality.cross_sample_distinct`), or None.
     """
 
     kind: str
@@ -92,6 +94,8 @@ class CellData:
     kl: np.ndarray | None = None
     gen_tokens_per_s: float | None = None
     detect_tokens_per_s: float | None = None
+    diversity: np.ndarray | None = None
+    null_diversity: np.ndarray | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     null_cal_tokens: np.ndarray | None = None
     null_fpr_tokens: np.ndarray | None = None

@@ -30,10 +30,11 @@ from .. import __version__
 from ..config import config_hash
 from ..data import load_prompts
 from ..detection import pad_ids
+from ..quality import cross_sample_distinct
 from ..errors import ConfigError
 from ..keys import WatermarkKey
-from .config import BenchConfig
-from .metric import CellData, Metric
+from .config import BenchConfig, check_unique_labels
+from .metric import CellData, Metric, threshold
 from .results import done_cells, git_commit, remove_stale_parts, write_part
 from .theory import THEORY_KINDS, theory_cell
 
@@ -87,6 +88,8 @@ class Unit:
     key: int
     length: int
     prompt_set: int
+    regime: int = 0
+    curve: str = ""  # the entry's label: the variants of one strength sweep share it
 
 
 @dataclass(frozen=True)
@@ -133,54 +136,69 @@ def plan(cfg: BenchConfig, registry: Any) -> list[tuple[Unit, list[Cell]]]:
     # a cell's hash covers the metrics that may apply to it: adding theory metrics (which apply to
     # theory cells only) leaves the hashes, hence the finished parts, of every other cell valid
     theory_only = {n for n in metrics if set(registry.get("metric", n).kinds) <= set(THEORY_KINDS)}
-    common = {"sampler": cfg.sampler, "n_null_cal": cfg.n_null_cal, "n_null_fpr": cfg.n_null_fpr, "seed": cfg.seed,
+    common = {"sampler": cfg.sampler, **({"diversity": cfg.diversity.model_dump()} if cfg.diversity else {}), "n_null_cal": cfg.n_null_cal, "n_null_fpr": cfg.n_null_fpr, "seed": cfg.seed,
               "metrics": [n for n in metrics if n not in theory_only], "oracle": cfg.oracle, "similarity": cfg.similarity, "tokens_step": cfg.tokens_step,
               "batch_size": cfg.batch_size}
     out = []
+    regimes = cfg.regime_list
+    labels = []
+    for si, s in enumerate(cfg.schemes):
+        cls = registry.get("scheme", s.name)
+        labels.append((si, s, [lab for lab, _ in s.variants(cls.strength, cfg.sweep)]))
+    check_unique_labels(labels)
     for s in cfg.schemes:
-        for label, params in s.variants():
-            registry.get("scheme", s.name).parse_params(params)
-            for bi, b in enumerate(cfg.backends):
-                for length in cfg.lengths:
-                    for pi, ps in enumerate(cfg.prompt_sets):
-                        for k in range(cfg.keys):
-                            unit = Unit(label, s.name, json.dumps(params, sort_keys=True), bi, k, length, pi)
-                            ident = {**common, "scheme": s.name, "params": params, "backend": b.model_dump(mode="json"),
-                                     "key": fps[k], "length": length, "prompts": ps.model_dump(mode="json")}
-                            cells = []
+        cls = registry.get("scheme", s.name)
+        strength = cls.strength
+        default = strength.value_of(cls.parse_params(s.params))
+        for ri, regime in enumerate(regimes):
+            variants = s.variants(strength, cfg.sweep) if regime.sweep else s.variants()
+            for label, params in variants:
+                at_default = strength.value_of(cls.parse_params(params)) == default
+                for bi, b in enumerate(cfg.backends):
+                    for length in cfg.lengths:
+                        for pi, ps in enumerate(cfg.prompt_sets):
+                            for k in range(cfg.keys):
+                                unit = Unit(label, s.name, json.dumps(params, sort_keys=True), bi, k, length, pi, ri,
+                                            s.label or s.name)
+                                ident = {**common, "scheme": s.name, "params": params, "backend": b.model_dump(mode="json"),
+                                         "key": fps[k], "length": length, "prompts": ps.model_dump(mode="json")}
+                                if cfg.regimes:  # the default regime keeps the hashes of configs without regimes
+                                    ident["regime"] = regime.model_dump(mode="json")
+                                cells = []
 
-                            def add(kind: str, attack: str, strength: float, aparams: dict, n: int, train_n: int = 0,
-                                    extra: dict | None = None) -> None:
-                                h = config_hash({**ident, "kind": kind, "attack": attack, "strength": strength,
-                                                 "attack_params": aparams, "n": n, "train_n": train_n, **(extra or {})})
-                                cells.append(Cell(unit, kind, attack, float(strength), json.dumps(aparams, sort_keys=True),
-                                                  n, train_n, h))
+                                def add(kind: str, attack: str, strength: float, aparams: dict, n: int, train_n: int = 0,
+                                        extra: dict | None = None) -> None:
+                                    h = config_hash({**ident, "kind": kind, "attack": attack, "strength": strength,
+                                                     "attack_params": aparams, "n": n, "train_n": train_n, **(extra or {})})
+                                    cells.append(Cell(unit, kind, attack, float(strength), json.dumps(aparams, sort_keys=True),
+                                                      n, train_n, h))
 
-                            add("clean", "none", 0.0, {}, ps.n)
-                            for a in cfg.attacks:
-                                for st in a.strengths:
-                                    add("attack", a.name, st, a.params, min(ps.n, a.n or ps.n))
-                            if cfg.stealing is not None:
-                                sp = cfg.stealing.model_dump(mode="json")
-                                for tn in cfg.stealing.train_n:
-                                    add("spoof", "steal-spoof", cfg.stealing.delta, {"delta": cfg.stealing.delta},
-                                        min(ps.n, cfg.stealing.spoof_n), tn, {"stealing": sp})
-                                    for st in cfg.stealing.scrub_strengths:
-                                        add("scrub", "steal-scrub", st, {}, min(ps.n, cfg.stealing.scrub_n or ps.n), tn,
-                                            {"stealing": sp})
-                            th = cfg.theory
-                            if th is not None and k == 0 and (th.schemes is None or label in th.schemes
-                                                              or s.name in th.schemes):
-                                tx = {"theory": th.model_dump(mode="json"),
-                                      "theory_metrics": [n for n in metrics if n in theory_only]}
-                                add("theory-kl", "none", 0.0, {}, th.n_texts, 0, tx)
-                                for sc in th.fisher_scales:
-                                    add("theory-fisher", "none", sc, {}, th.n_texts, 0, tx)
-                                if th.n_keys:
-                                    add("theory-sound", "none", 0.0, {}, th.n_human, 0, tx)
-                                for ke in th.edit_counts:
-                                    add("theory-edit", "none", float(ke), {}, min(th.n_texts, th.n_edit), 0, tx)
-                            out.append((unit, cells))
+                                add("clean", "none", 0.0, {}, ps.n)
+                                for a in cfg.attacks:
+                                    for st in a.strengths:
+                                        add("attack", a.name, st, a.params, min(ps.n, a.n or ps.n))
+                                if cfg.stealing is not None:
+                                    sp = cfg.stealing.model_dump(mode="json")
+                                    for tn in cfg.stealing.train_n:
+                                        add("spoof", "steal-spoof", cfg.stealing.delta, {"delta": cfg.stealing.delta},
+                                            min(ps.n, cfg.stealing.spoof_n), tn, {"stealing": sp})
+                                        for st in cfg.stealing.scrub_strengths:
+                                            add("scrub", "steal-scrub", st, {}, min(ps.n, cfg.stealing.scrub_n or ps.n), tn,
+                                                {"stealing": sp})
+                                th = cfg.theory
+                                # theory checks: first regime, key 0, the scheme's default strength only
+                                if (th is not None and k == 0 and ri == 0 and at_default
+                                        and (th.schemes is None or label in th.schemes or s.name in th.schemes)):
+                                    tx = {"theory": th.model_dump(mode="json"),
+                                          "theory_metrics": [n for n in metrics if n in theory_only]}
+                                    add("theory-kl", "none", 0.0, {}, th.n_texts, 0, tx)
+                                    for sc in th.fisher_scales:
+                                        add("theory-fisher", "none", sc, {}, th.n_texts, 0, tx)
+                                    if th.n_keys:
+                                        add("theory-sound", "none", 0.0, {}, th.n_human, 0, tx)
+                                    for ke in th.edit_counts:
+                                        add("theory-edit", "none", float(ke), {}, min(th.n_texts, th.n_edit), 0, tx)
+                                out.append((unit, cells))
     return out
 
 
@@ -231,16 +249,19 @@ class RunContext:
         """Key ``i`` (see :func:`derive_key`)."""
         return self._get(("key", i), lambda: derive_key(self.cfg, i))
 
-    def sampler_config(self, b: int, length: int) -> dict[str, Any]:
-        """Sampler settings for ``length`` generated tokens on backend ``b`` (block length and steps fitted)."""
+    def sampler_config(self, b: int, length: int, regime: int = 0) -> dict[str, Any]:
+        """Sampler settings for ``length`` generated tokens on backend ``b`` in regime ``regime``
+        (backend defaults < config ``sampler`` < the regime's; block length and steps fitted:
+        ``block_length`` None or not dividing ``length`` means one block)."""
         from ..engine import SamplerConfig
 
         be = self.backend(b)
-        base = {**SamplerConfig().model_dump(), **(be.sampler_defaults or {}), **self.cfg.sampler}
+        over = {**self.cfg.sampler, **self.cfg.regime_list[regime].sampler}
+        base = {**SamplerConfig().model_dump(), **(be.sampler_defaults or {}), **over}
         cfg = {**base, "gen_length": length}
-        if length % int(cfg["block_length"]) != 0:
+        if cfg["block_length"] is None or length % int(cfg["block_length"]) != 0:
             cfg["block_length"] = length
-        cfg["steps"] = min(int(self.cfg.sampler.get("steps", base["steps"])), length)
+        cfg["steps"] = min(int(over.get("steps", base["steps"])), length)
         nb = length // int(cfg["block_length"])
         cfg["steps"] = max(nb, cfg["steps"] // nb * nb)
         return cfg
@@ -267,35 +288,74 @@ class RunContext:
 
     # ------------------------------------------------------------------ generation and scoring
     def generate(self, b: int, length: int, prompts: Sequence[str], scheme: Any, seed: int,
-                 kl: list[torch.Tensor] | None = None) -> tuple[list[str], float]:
-        """Texts for ``prompts`` (watermarked by ``scheme`` unless None) and the wall seconds it took.
+                 kl: list[torch.Tensor] | None = None, regime: int = 0,
+                 kl_text: list[torch.Tensor] | None = None) -> tuple[list[str], float]:
+        """Texts for ``prompts`` (watermarked by ``scheme`` unless None) in regime ``regime`` and the
+        wall seconds it took.
 
-        With ``kl`` (a list), the per-token KL(p̃‖p) of every sampled row is appended to it (see :func:`_kl_recorder`).
+        With ``kl`` (a list), the per-token KL(p̃‖p) of every sampled row is appended to it (see
+        :func:`_kl_recorder`); with ``kl_text`` too, the index of each row's text in ``prompts``
+        (int64, one tensor per step).
         """
         from ..engine import MaskedDiffusionSampler
 
         be = self.backend(b)
-        sampler = MaskedDiffusionSampler(be, self.sampler_config(b, length), scheme)
+        sampler = MaskedDiffusionSampler(be, self.sampler_config(b, length, regime), scheme)
         gen = torch.Generator(device=be.device).manual_seed(seed % 2**62)
+        offset = [0]
         if kl is not None and scheme is not None:
-            scheme.process_logits = _kl_recorder(type(scheme).process_logits.__get__(scheme), kl)
+            scheme.process_logits = _kl_recorder(type(scheme).process_logits.__get__(scheme), kl, kl_text, offset)
         t0 = time.perf_counter()
         texts: list[str] = []
         bs = self.cfg.batch_size
         try:
             for i in range(0, len(prompts), bs):
+                offset[0] = i
                 texts += sampler.generate(list(prompts[i:i + bs]), gen).texts
         finally:
             if kl is not None and scheme is not None:
                 del scheme.process_logits  # back to the class method
         return texts, time.perf_counter() - t0
 
-    def null_texts(self, b: int, length: int, p: int, split: str) -> list[str]:
-        """Unwatermarked texts of backend ``b`` for split ``null_cal``/``null_fpr``/``steal_ref`` (shared by schemes and keys)."""
+    def null_texts(self, b: int, length: int, p: int, split: str, regime: int = 0) -> list[str]:
+        """Unwatermarked texts of backend ``b`` in regime ``regime`` for split ``null_cal``/``null_fpr``/``steal_ref``
+        (shared by schemes and keys)."""
         def build() -> list[str]:
             prompts = self.prompts(p)[split]
-            return self.generate(b, length, prompts, None, _seed(self.cfg.seed, "null", split, b, length, p))[0] if prompts else []
-        return self._get(("null", b, length, p, split), build)
+            tag = () if not self.cfg.regimes else (self.cfg.regime_list[regime].name,)
+            return self.generate(b, length, prompts, None, _seed(self.cfg.seed, "null", split, b, length, p, *tag),
+                                 regime=regime)[0] if prompts else []
+        return self._get(("null", b, length, p, split, regime), build)
+
+    def diversity_texts(self, unit: Unit, watermarked: bool) -> list[list[list[int]]] | None:
+        """Token ids of ``samples`` texts of each of the first ``prompts`` eval prompts (config
+        ``diversity``), watermarked under the unit's key or not (the reference, shared by schemes and
+        keys): a list over prompts of lists over samples; None without ``diversity``."""
+        spec = self.cfg.diversity
+        if spec is None:
+            return None
+
+        def build() -> list[list[list[int]]]:
+            prompts = self.prompts(unit.prompt_set)["eval"][: spec.prompts]
+            rep = [p for p in prompts for _ in range(spec.samples)]  # (prompts·samples) prompts, sample-major
+            tag = ("div", unit) if watermarked else ("div-null", unit.backend, unit.length, unit.prompt_set, unit.regime)
+            texts, _ = self.generate(unit.backend, unit.length, rep, self.scheme(unit) if watermarked else None,
+                                     _seed(self.cfg.seed, *tag), regime=unit.regime)
+            ids = self.backend(unit.backend).encode(texts)
+            return [ids[i * spec.samples:(i + 1) * spec.samples] for i in range(len(prompts))]
+        key = ("div", unit) if watermarked else ("div-null", unit.backend, unit.length, unit.prompt_set, unit.regime)
+        return self._get(key, build)
+
+    def knob(self, unit: Unit) -> tuple[str, float, bool, str]:
+        """The unit's strength knob: (Params field or "", its value or NaN, whether it is the scheme's default,
+        which direction is stronger: "higher" or "lower")."""
+        def build() -> tuple[str, float, bool, str]:
+            cls = self.registry.get("scheme", unit.scheme_name)
+            st = cls.strength
+            v = st.value_of(cls.parse_params(json.loads(unit.scheme_params)))
+            d = st.value_of(cls.parse_params(None))
+            return st.field or "", float("nan") if v is None else v, v == d, st.stronger
+        return self._get(("knob", unit), build)
 
     def scheme(self, unit: Unit) -> Any:
         """The keyed scheme of ``unit`` on its backend's device."""
@@ -385,13 +445,22 @@ class RunContext:
         def build() -> dict[str, Any]:
             pr = self.prompts(unit.prompt_set)
             kl: list[torch.Tensor] | None = [] if self.cfg.kl else None
+            kl_text: list[torch.Tensor] = []
             wm, secs = self.generate(unit.backend, unit.length, pr["eval"], self.scheme(unit),
-                                     _seed(self.cfg.seed, "wm", unit), kl=kl)
-            cal = self.score(unit, self.null_texts(unit.backend, unit.length, unit.prompt_set, "null_cal"))
-            fpr_texts = self.null_texts(unit.backend, unit.length, unit.prompt_set, "null_fpr")
+                                     _seed(self.cfg.seed, "wm", unit), kl=kl, regime=unit.regime, kl_text=kl_text)
+            null = lambda split: self.null_texts(unit.backend, unit.length, unit.prompt_set, split, unit.regime)  # noqa: E731
+            cal = self.score(unit, null("null_cal"))
+            fpr_texts = null("null_fpr")
             fpr = self.score(unit, fpr_texts)
+            kl_rows = torch.cat(kl).numpy() if kl else None
+            kl_per_text = None
+            if kl_rows is not None:  # (n,) mean KL of each text's sampled rows
+                idx = torch.cat(kl_text).numpy()
+                sums = np.bincount(idx, weights=kl_rows, minlength=len(wm))
+                cnt = np.bincount(idx, minlength=len(wm))
+                kl_per_text = np.where(cnt > 0, sums / np.maximum(cnt, 1), np.nan)
             return {"texts": wm, "prompts": pr["eval"], "gen_seconds": secs, "scored": self.score(unit, wm), "cal": cal,
-                    "fpr": fpr, "fpr_texts": fpr_texts, "kl": torch.cat(kl).numpy() if kl else None}
+                    "fpr": fpr, "fpr_texts": fpr_texts, "kl": kl_rows, "kl_per_text": kl_per_text}
         return self._get(("unit", unit), build)
 
     def stealer(self, unit: Unit, train_n: int) -> Any:
@@ -401,19 +470,22 @@ class RunContext:
         def build() -> Any:
             pr = self.prompts(unit.prompt_set)
             train = self._get(("steal-train", unit), lambda: self.generate(
-                unit.backend, unit.length, pr["steal_train"], self.scheme(unit), _seed(self.cfg.seed, "steal", unit))[0])
-            ref = self.null_texts(unit.backend, unit.length, unit.prompt_set, "steal_ref")
+                unit.backend, unit.length, pr["steal_train"], self.scheme(unit), _seed(self.cfg.seed, "steal", unit),
+                regime=unit.regime)[0])
+            ref = self.null_texts(unit.backend, unit.length, unit.prompt_set, "steal_ref", unit.regime)
             scrub = self.registry.create("attack", "steal-scrub", None, backend=self.backend(unit.backend),
                                          watermarked_texts=train[:train_n], reference_texts=ref[:train_n])
             return scrub.stealer
         return self._get(("stealer", unit, train_n), build)
 
 
-def _kl_recorder(process_logits: Any, sink: list[torch.Tensor]) -> Any:
+def _kl_recorder(process_logits: Any, sink: list[torch.Tensor], text_sink: list[torch.Tensor] | None = None,
+                 offset: list[int] | None = None) -> Any:
     """Wrap a scheme's ``process_logits`` to record KL(p̃‖p) (nats, float64) of the rows it tilts.
 
     p = softmax of the model's logits, p̃ = softmax of the scheme's; rows: the step's valid target rows
-    (``step.marginals``), the marginals tokens are sampled from. The texts are unchanged.
+    (``step.marginals``), the marginals tokens are sampled from. The texts are unchanged. With
+    ``text_sink``, the (M,) int64 text index of each row (batch row + ``offset[0]``) is appended too.
     """
     def wrapped(step: Any) -> torch.Tensor:
         base = step.marginals.target_logits().detach().clone()  # (B, K, V), before the hook tilts it
@@ -421,6 +493,8 @@ def _kl_recorder(process_logits: Any, sink: list[torch.Tensor]) -> Any:
         rows = step.marginals.target_valid  # (B, K)
         lp, lq = torch.log_softmax(base[rows].double(), -1), torch.log_softmax(out[rows].double(), -1)  # (M, V)
         sink.append((lq.exp() * (lq - lp).nan_to_num(0.0, 0.0, 0.0)).sum(-1).cpu())  # (M,)
+        if text_sink is not None:
+            text_sink.append(rows.nonzero()[:, 0].cpu() + (offset[0] if offset else 0))  # (M,)
         return out
     return wrapped
 
@@ -445,13 +519,18 @@ def _cell_data(ctx: RunContext, cell: Cell, ud: dict[str, Any] | None) -> tuple[
         kw["tokens_to_detect"] = ctx.tokens_to_detect(unit, base.ids)
         kw["ppl"] = ctx.ppl(ud["texts"], ("wm", unit))
         if kw["ppl"] is not None:
-            kw["null_ppl"] = ctx.ppl(ud["fpr_texts"], ("null", unit.backend, unit.length, unit.prompt_set))
+            kw["null_ppl"] = ctx.ppl(ud["fpr_texts"], ("null", unit.backend, unit.length, unit.prompt_set, unit.regime))
+        div, div_null = ctx.diversity_texts(unit, True), ctx.diversity_texts(unit, False)
+        if div is not None:
+            kw["diversity"] = np.array([cross_sample_distinct(d, 2) for d in div])
+            kw["null_diversity"] = np.array([cross_sample_distinct(d, 2) for d in div_null])
         total = float(base.n_tokens.sum())
         kw["gen_tokens_per_s"] = float(len(ud["texts"]) * unit.length / max(ud["gen_seconds"], 1e-9))
         kw["detect_tokens_per_s"] = total / max(base.seconds, 1e-9)
         kw["kl"] = ud["kl"]
         extras["tokens_to_detect"] = kw["tokens_to_detect"]
         extras["ppl"] = kw["ppl"]
+        extras["kl"] = ud["kl_per_text"]
     elif cell.kind in ("attack", "scrub"):
         texts = ud["texts"][: cell.n]
         if cell.kind == "attack":
@@ -470,7 +549,7 @@ def _cell_data(ctx: RunContext, cell: Cell, ud: dict[str, Any] | None) -> tuple[
         st = ctx.stealer(unit, cell.train_n)
         prompts = ctx.prompts(unit.prompt_set)["null_fpr"][: cell.n]  # prompts the watermark never saw
         out = st.spoof(ctx.backend(unit.backend), prompts, gen, delta=cell.strength,
-                       sampler_config=ctx.sampler_config(unit.backend, unit.length))
+                       sampler_config=ctx.sampler_config(unit.backend, unit.length, unit.regime))
         sc = ctx.score(unit, out.texts)
     else:
         raise ConfigError(f"unknown cell kind {cell.kind!r}")
@@ -490,7 +569,10 @@ def run_cell(ctx: RunContext, cell: Cell) -> list[dict[str, Any]]:
     be = ctx.backend(unit.backend)
     head = {
         "run": ctx.cfg.name, "cell_hash": cell.hash, "cell_kind": cell.kind, "scheme": unit.scheme,
-        "scheme_name": unit.scheme_name, "scheme_params": unit.scheme_params, "backend": ctx.cfg.backends[unit.backend].name,
+        "scheme_name": unit.scheme_name, "scheme_params": unit.scheme_params, "curve": unit.curve or unit.scheme,
+        "regime": ctx.cfg.regime_list[unit.regime].name, "regime_index": unit.regime, "knob": ctx.knob(unit)[0], "knob_value": ctx.knob(unit)[1],
+        "default_strength": ctx.knob(unit)[2], "knob_stronger": ctx.knob(unit)[3], "tokens_step": ctx.cfg.tokens_step,
+        "min_tokens": int(getattr(ctx.scheme(unit), "min_tokens", 1)) if cell.kind not in THEORY_KINDS else None, "backend": ctx.cfg.backends[unit.backend].name,
         "model_id": str(getattr(be, "model_id", "")), "length": unit.length,
         "prompt_set": ctx.cfg.prompt_sets[unit.prompt_set].name, "key_index": unit.key,
         "key_fingerprint": ctx.key(unit.key).fingerprint, "attack": cell.attack, "attack_family": attack_family(cell.attack),
@@ -507,10 +589,16 @@ def run_cell(ctx: RunContext, cell: Cell) -> list[dict[str, Any]]:
                 r[k] = None if v is None else float(v[i])
             rows.append(r)
 
+    if cell.kind in ("clean", "attack", "scrub", "spoof") and len(sc.scores):
+        thr, note = threshold(data, 0.01, sc.analytic[0.01])
+        extras["detected"] = None if note else (sc.scores >= thr).astype(np.float64)
     text_rows("text", sc, extras)
     if cell.kind == "clean" and ud is not None:
         text_rows("null_cal", ud["cal"], {})
-        text_rows("null_fpr", ud["fpr"], {})
+        text_rows("null_fpr", ud["fpr"], {"ppl": data.null_ppl})
+        for row_type, values in (("diversity", data.diversity), ("null_diversity", data.null_diversity)):
+            for i, v in enumerate(values if values is not None else []):
+                rows.append({"row_type": row_type, "text_index": i, "diversity": float(v)})
     for m in ctx.metrics:
         if cell.kind not in m.kinds:
             continue
@@ -521,8 +609,8 @@ def run_cell(ctx: RunContext, cell: Cell) -> list[dict[str, Any]]:
                      "higher_is_better": m.higher_is_better, "task": m.task, "deterministic": m.deterministic,
                      "n": int(v.n), "note": v.note})
     wall = time.perf_counter() - t0
-    cols = ["row_type", "text_index", "n_tokens", "score", "p_value", "tokens_to_detect", "ppl", "similarity",
-            "edit_fraction", "metric", "value", "unit", "higher_is_better", "task", "deterministic", "n", "note"]
+    cols = ["row_type", "text_index", "n_tokens", "score", "p_value", "detected", "tokens_to_detect", "ppl", "kl",
+            "diversity", "similarity", "edit_fraction", "metric", "value", "unit", "higher_is_better", "task", "deterministic", "n", "note"]
     return [{**head, "row_index": j, **{c: r.get(c) for c in cols}, "wall_time_s": wall} for j, r in enumerate(rows)]
 
 
