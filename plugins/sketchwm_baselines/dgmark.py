@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from pydantic import Field
 
-from sketchwm.components import DenoiseStep, MarginalReads, SchemeScores, WatermarkScheme
+from sketchwm.components import DenoiseStep, MarginalReads, SchemeScores, Strength, WatermarkScheme
 from sketchwm.config import StrictModel
 from sketchwm.prf import keyed_bits
 from sketchwm.stats import binomial_logsf, log10_threshold, scores_from_log_p, standardise
@@ -92,6 +92,7 @@ class DGMarkScheme(WatermarkScheme):
 
     name = "dgmark"
     Params = DGMarkParams
+    strength = Strength("strength", (0.25, 0.5, 0.75, 1.0))  # weight of the keyed-parity standing; default 1
     #: the steering reads the drawn tokens and the decoded neighbours, no marginal beyond the targets
     reads = MarginalReads.sampled()
     seed_domain = "baselines/dgmark-parity"

@@ -46,7 +46,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
-from sketchwm.components import DenoiseStep, MarginalReads
+from sketchwm.components import DenoiseStep, MarginalReads, Strength
 from sketchwm.config import StrictModel
 
 from .context import HashKind, KeyedRowCache, gather_context
@@ -90,6 +90,7 @@ class DMarkScheme(ContextGreenListScheme):
 
     name = "dmark"
     Params = DMarkParams
+    strength = Strength("delta", (0.5, 1.0, 2.0, 3.0))  # green-logit shift δ; default 2
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):
         super().__init__(params, key, vocab_size, device)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from sketchwm.components import Strength
 from sketchwm.config import StrictModel
 
 from .aar_gumbel import AARGumbelScheme
@@ -55,6 +56,7 @@ class GumbelPositionScheme(AARGumbelScheme):
 
     name = "gumbel-position"
     Params = GumbelPositionParams
+    strength = Strength.none("distortion-free: position-seeded keyed uniforms replace the sampling noise, no strength knob")
 
     @property
     def keying(self) -> str:

@@ -34,7 +34,7 @@ from ..quality import cross_sample_distinct
 from ..errors import ConfigError
 from ..keys import WatermarkKey
 from .config import BenchConfig, check_unique_labels
-from .metric import CellData, Metric, threshold
+from .metric import CellData, Metric, decisions
 from .results import done_cells, git_commit, remove_stale_parts, write_part
 from .theory import THEORY_KINDS, theory_cell
 
@@ -590,8 +590,8 @@ def run_cell(ctx: RunContext, cell: Cell) -> list[dict[str, Any]]:
             rows.append(r)
 
     if cell.kind in ("clean", "attack", "scrub", "spoof") and len(sc.scores):
-        thr, note = threshold(data, 0.01, sc.analytic[0.01])
-        extras["detected"] = None if note else (sc.scores >= thr).astype(np.float64)
+        flags, _ = decisions(data, sc.scores, 0.01, sc.analytic[0.01], sc.n_tokens)  # the one rule, per length bin
+        extras["detected"] = None if flags is None else flags.astype(np.float64)
     text_rows("text", sc, extras)
     if cell.kind == "clean" and ud is not None:
         text_rows("null_cal", ud["cal"], {})
