@@ -7,7 +7,9 @@ model's corpus and from the token prior; nothing was fitted on them), for each s
 
 * ``default`` — the shipped ``global-sketch`` default (presence sketch, background null);
 * ``count`` — the paper's plain count sketch with its key-randomised exact p-value;
-* ``unigram`` — the Unigram baseline (exact hypergeometric p-value under a random key).
+* ``unigram`` — the Unigram baseline (exact hypergeometric p-value under a random key);
+* ``family`` — ``global-sketch-family``, the default's defence against stealing (8 member keys,
+  Bonferroni family test and spread test; not run unless named: ``--schemes family``).
 
 Keys are fresh random keys (``secrets``) unless ``--seed`` is given (keys then derive from the seed
 by SHA-256, for a reproducible draw). Texts are tokenised once with the default model's tokenizer;
@@ -33,7 +35,9 @@ SCHEMES = {
     "count": ("global-sketch", {"sketch": {"name": "count-sketch", "params": {"d": 4, "w": 256}},
                                 "null": "key-randomised"}),
     "unigram": ("unigram", {}),
+    "family": ("global-sketch-family", {}),
 }
+DEFAULT_SCHEMES = ("default", "count", "unigram")
 
 
 def keys_for(n: int, seed: int | None) -> list:
@@ -50,7 +54,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--n-keys", type=int, default=20)
     ap.add_argument("--seed", type=int, default=None, help="derive keys from this seed (default: fresh random keys)")
     ap.add_argument("--domains", nargs="+", default=list(DOMAINS))
-    ap.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=list(SCHEMES))
+    ap.add_argument("--schemes", nargs="+", default=list(DEFAULT_SCHEMES), choices=list(SCHEMES))
     ap.add_argument("--params", default="{}", help="JSON: extra params per scheme tag, merged over the tag's params")
     ap.add_argument("--max-texts", type=int, default=0, help="use at most this many passages per domain (0: all)")
     ap.add_argument("--min-tokens", type=int, default=32)

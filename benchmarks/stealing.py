@@ -23,7 +23,7 @@ limit N → ∞ of every thief that does not tell the members apart) and the *or
 the scrub rate of ``steal-scrub`` (strength ``--scrub-strength``, stealer of the first half of
 the texts, applied to texts of the other half); and the price of the defence: TPR at p ≤ α and
 median tokens-to-detect of the watermarked texts of each scheme (prefixes of 16, 24, …, 128
-tokens), FPR on the unwatermarked ones. Writes ``results.csv`` (one long table),
+tokens), FPR on the unwatermarked ones, and the TPR after ``flood-token`` (``--flood``). Writes ``results.csv`` (one long table),
 ``summary.json`` and ``spoof_vs_n.png`` under ``--out``.
 
     python benchmarks/stealing.py generate --schemes none global-sketch --n-max 1000
@@ -197,6 +197,10 @@ def evaluate(args: argparse.Namespace, cache: Path) -> dict:
         rows.append({"scheme": tag, "thief": "none", "n_stolen": 0, "budget": 0.0, "metric": "median-tokens-to-detect",
                      "value": float(first.median()), "lo": float("nan"), "hi": float("nan"), "n": len(wm_texts)})
         print(f"{tag:14s} median tokens-to-detect {float(first.median())} (n={len(wm_texts)})", flush=True)
+        for strength in args.flood:  # flood robustness: one repeated token (registered flood-token)
+            atk = reg.create("attack", "flood-token", {"similarity": False})
+            record(tag, f"flood-token@{strength:g}", 0, "tpr-after-attack",
+                   flagged(victim, atk.apply(wm_texts, strength, gen(f"{tag}/flood/{strength}")).texts))
         ns = sorted({n for n in args.ns if n <= min(len(pool), len(none))} | ({min(len(pool), len(none))} if args.include_max else set()))
         for n in ns:
             w_ids, r_ids = [r["ids"] for r in pool[:n]], [r["ids"] for r in none[:n]]
@@ -302,6 +306,7 @@ def main(argv: list[str] | None = None) -> dict:
     e.add_argument("--spoof-delta", type=float, default=4.0)
     e.add_argument("--n-scrub", type=int, default=0, help="texts to scrub (0: skip)")
     e.add_argument("--scrub-strength", type=float, default=0.3)
+    e.add_argument("--flood", type=float, nargs="*", default=[0.5], help="flood-token strengths for the TPR after flooding")
     e.add_argument("--out", default="benchmarks/stealing")
     for p in (g, e):
         p.add_argument("--seed", type=int, default=0)
