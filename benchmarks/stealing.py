@@ -22,8 +22,8 @@ limit N → ∞ of every thief that does not tell the members apart) and the *or
 (``WatermarkStealer.spoof``, the unwatermarked model with stolen logit boosts) at the largest N;
 the scrub rate of ``steal-scrub`` (strength ``--scrub-strength``, stealer of the first half of
 the texts, applied to texts of the other half); and the price of the defence: TPR at p ≤ α and
-median tokens-to-detect of the watermarked texts of each scheme (prefixes of 16, 24, …, 128
-tokens), FPR on the unwatermarked ones, and the TPR after ``flood-token`` (``--flood``). Writes ``results.csv`` (one long table),
+median tokens-to-detect of the watermarked texts of each scheme (prefixes of 4, 8, …, 128
+tokens) and on the first 16 and 32 tokens, FPR on the unwatermarked ones, and the TPR after ``flood-token`` (``--flood``). Writes ``results.csv`` (one long table),
 ``summary.json`` and ``spoof_vs_n.png`` under ``--out``.
 
     python benchmarks/stealing.py generate --schemes none global-sketch --n-max 1000
@@ -190,8 +190,10 @@ def evaluate(args: argparse.Namespace, cache: Path) -> dict:
         record(tag, "none", 0, "tpr", flagged(victim, wm_texts))
         record(tag, "none", 0, "fpr-unwatermarked", flagged(victim, [r["text"] for r in none[: args.n_power]]))
         ids, valid = ids_of(wm_texts)
-        lengths = list(range(16, 129, 8))
+        lengths = list(range(4, 129, 4))
         det = torch.stack([victim.score_ids(ids[:, :L], valid[:, :L]).p_value <= args.alpha for L in lengths])  # (L, B)
+        for L in (16, 32):  # power on short prefixes, where the family's correction costs
+            record(tag, "none", 0, f"tpr@{L}-tokens", det[lengths.index(L)].numpy())
         first = torch.where(det.any(0), torch.tensor(lengths, dtype=torch.float64)[det.int().argmax(0)],
                             torch.tensor(float("inf"), dtype=torch.float64))
         rows.append({"scheme": tag, "thief": "none", "n_stolen": 0, "budget": 0.0, "metric": "median-tokens-to-detect",
