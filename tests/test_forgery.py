@@ -215,3 +215,26 @@ def test_spoofers_need_a_stealer_or_texts(tiny):
     atk = get_registry().create("attack", "spoof-insert", {"similarity": False}, backend=tiny)
     with pytest.raises(InputError, match="reference_texts"):
         atk.apply(["the man said"], 0.5, torch.Generator())
+
+
+# ============================================================================ the benchmark script's helpers
+def test_stealing_benchmark_bootstrap_and_plot(tmp_path):
+    """``benchmarks/stealing.py``: the bootstrap interval brackets the rate (and is [0, 0] for no hits),
+    and the spoof-rate-vs-N plot is written as a PNG."""
+    import importlib.util
+    from pathlib import Path
+
+    import pandas as pd
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "stealing.py"
+    spec = importlib.util.spec_from_file_location("bench_stealing", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rate, lo, hi = mod.bootstrap_rate(np.array([1] * 30 + [0] * 70))
+    assert rate == pytest.approx(0.3) and 0.2 < lo < 0.3 < hi < 0.4
+    assert mod.bootstrap_rate(np.zeros(50)) == (0.0, 0.0, 0.0)
+    df = pd.DataFrame([{"scheme": s, "thief": "doc-frequency/spoof-insert", "n_stolen": n, "metric": "spoof-rate",
+                        "value": v, "lo": v / 2, "hi": min(1.0, v * 1.5)}
+                       for s, vals in (("a", (0.2, 0.6)), ("b", (0.0, 0.02))) for n, v in zip((50, 200), vals)])
+    mod.plot_spoof_vs_n(df, tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").read_bytes()[:4] == b"\x89PNG"
