@@ -24,7 +24,8 @@ the scrub rate of ``steal-scrub`` (strength ``--scrub-strength``, stealer of the
 the texts, applied to texts of the other half); and the price of the defence: TPR at p ≤ α and
 median tokens-to-detect of the watermarked texts of each scheme (prefixes of 4, 8, …, 128
 tokens) and on the first 16 and 32 tokens, FPR on the unwatermarked ones, and the TPR after ``flood-token`` (``--flood``). Writes ``results.csv`` (one long table),
-``summary.json`` and ``spoof_vs_n.png`` under ``--out``.
+``summary.json`` and ``spoof_vs_n.png`` under ``--out``; runs compose (a run replaces the rows of
+the schemes it evaluates and keeps the others, and the plot is redrawn from the whole table).
 
     python benchmarks/stealing.py generate --schemes none global-sketch --n-max 1000
     python benchmarks/stealing.py evaluate --out benchmarks/stealing
@@ -232,7 +233,7 @@ def evaluate(args: argparse.Namespace, cache: Path) -> dict:
                 forged = atk.apply(human, args.budget, gen(f"{tag}/{thief}")).texts
                 record(tag, f"{thief}/spoof-insert", 0, "spoof-rate", flagged(victim, forged))
                 record(tag, f"{thief}/spoof-insert", 0, "unrelated-key-rate", flagged(other, forged))
-        if args.n_gen_spoof and ns:  # the generation spoofer at the largest N
+        if args.n_gen_spoof and ns and tag not in VIEWS:  # the generation spoofer at the largest N
             from sketchwm.data import load_prompts
             from sketchwm_attacks.stealing import WatermarkStealer
 
@@ -242,7 +243,7 @@ def evaluate(args: argparse.Namespace, cache: Path) -> dict:
             out = ws.spoof(backend, prompts, gen(f"{tag}/gen-spoof/{n}"), delta=args.spoof_delta)
             record(tag, "generation-spoofer", n, "spoof-rate", flagged(victim, out.texts))
             record(tag, "generation-spoofer", n, "unrelated-key-rate", flagged(other, out.texts))
-        if args.n_scrub and len(pool) >= 2 * args.n_scrub:  # steal-scrub: stealer of the first half, targets of the second
+        if args.n_scrub and len(pool) >= 2 * args.n_scrub and tag not in VIEWS:  # steal-scrub: stealer of the first half, targets of the second
             n = len(pool) // 2
             targets = [r["text"] for r in pool[n : n + args.n_scrub]]
             before = flagged(victim, targets)
@@ -253,13 +254,22 @@ def evaluate(args: argparse.Namespace, cache: Path) -> dict:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     df = pd.DataFrame(rows)
+    if (out / "results.csv").exists():  # runs compose: this run's schemes replace their rows of earlier runs
+        old = pd.read_csv(out / "results.csv")
+        df = pd.concat([old[~old["scheme"].isin(df["scheme"].unique())], df], ignore_index=True)
     df.to_csv(out / "results.csv", index=False)
     plot_spoof_vs_n(df, out / "spoof_vs_n.png")
-    summary = {"command": "python benchmarks/stealing.py " + " ".join(sys.argv[1:]), "seconds": round(time.perf_counter() - t_start, 1),
-               "alpha": args.alpha, "budget": args.budget, "n_human": 2 * args.n_human, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary))
-    return summary
+    import subprocess
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    run = {"command": "python benchmarks/stealing.py " + " ".join(sys.argv[1:]), "schemes": sorted(set(r["scheme"] for r in rows)),
+           "seconds": round(time.perf_counter() - t_start, 1), "alpha": args.alpha, "budget": args.budget,
+           "n_human": 2 * args.n_human, "commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    runs = json.loads((out / "summary.json").read_text())["runs"] if (out / "summary.json").exists() else []
+    runs = [r for r in runs if not set(r["schemes"]) <= set(run["schemes"])] + [run]
+    (out / "summary.json").write_text(json.dumps({"runs": runs}, indent=2) + "\n")
+    print(json.dumps(run))
+    return run
 
 
 def plot_spoof_vs_n(df, path: Path) -> None:
