@@ -24,7 +24,7 @@ the scrub rate of ``steal-scrub`` (strength ``--scrub-strength``, stealer of the
 the texts, applied to texts of the other half); and the price of the defence: TPR at p ≤ α and
 median tokens-to-detect of the watermarked texts of each scheme (prefixes of 4, 8, …, 128
 tokens) and on the first 16 and 32 tokens, FPR on the unwatermarked ones, and the TPR after ``flood-token`` (``--flood``). Writes ``results.csv`` (one long table),
-``summary.json`` and ``spoof_vs_n.png`` under ``--out``; runs compose (a run replaces the rows of
+``tables.md`` (its Markdown tables), ``summary.json`` and ``spoof_vs_n.png`` under ``--out``; runs compose (a run replaces the rows of
 the schemes it evaluates and keeps the others, and the plot is redrawn from the whole table).
 
     python benchmarks/stealing.py generate --schemes none global-sketch --n-max 1000
@@ -259,6 +259,7 @@ def evaluate(args: argparse.Namespace, cache: Path) -> dict:
         df = pd.concat([old[~old["scheme"].isin(df["scheme"].unique())], df], ignore_index=True)
     df.to_csv(out / "results.csv", index=False)
     plot_spoof_vs_n(df, out / "spoof_vs_n.png")
+    (out / "tables.md").write_text(tables(df))
     import subprocess
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
@@ -270,6 +271,43 @@ def evaluate(args: argparse.Namespace, cache: Path) -> dict:
     (out / "summary.json").write_text(json.dumps({"runs": runs}, indent=2) + "\n")
     print(json.dumps(run))
     return run
+
+
+def tables(df) -> str:
+    """Markdown tables of a results table: spoof and unrelated-key rates per scheme, thief and N; the
+    price of each scheme (power, tokens-to-detect, FPR, flooding); scrub rates and cluster purity."""
+    def cell(r) -> str:
+        if r["lo"] != r["lo"]:  # NaN: no interval
+            return f"{r['value']:.3g}"
+        return f"{r['value']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
+
+    out = []
+    sp = df[df["metric"].isin(["spoof-rate", "unrelated-key-rate"])].copy()
+    sp["N"] = sp["n_stolen"].map(lambda n: "∞ (oracle)" if n == 0 else str(n))
+    out.append("| scheme | thief | N | spoof rate [95% CI] | unrelated-key rate [95% CI] | n |")
+    out.append("|---|---|---|---|---|---|")
+    for (tag, thief, n), g in sp.groupby(["scheme", "thief", "n_stolen"], sort=True):
+        by = {m: r for m, r in zip(g["metric"], g.to_dict("records"))}
+        s, u = by.get("spoof-rate"), by.get("unrelated-key-rate")
+        out.append(f"| {tag} | {thief} | {'∞ (oracle)' if n == 0 else n} | {cell(s) if s else ''} | {cell(u) if u else ''} | "
+                   f"{int(s['n']) if s else ''} |")
+    out.append("")
+    price = ["tpr", "tpr@16-tokens", "tpr@32-tokens", "median-tokens-to-detect", "fpr-unwatermarked", "tpr-after-attack"]
+    pr = df[df["metric"].isin(price)]
+    out.append("| scheme | TPR (128 tokens, p ≤ α) | TPR (16 tokens) | TPR (32 tokens) | median tokens-to-detect | "
+               "FPR (unwatermarked) | TPR after flood-token 0.5 | n |")
+    out.append("|---|---|---|---|---|---|---|---|")
+    for tag, g in pr.groupby("scheme", sort=True):
+        by = {m: r for m, r in zip(g["metric"], g.to_dict("records"))}
+        out.append(f"| {tag} | " + " | ".join(cell(by[m]) if m in by else "" for m in price) + f" | {int(by['tpr']['n'])} |")
+    out.append("")
+    other = df[df["metric"].isin(["scrub-rate", "cluster-purity"])]
+    if len(other):
+        out.append("| scheme | what | N | value | n |")
+        out.append("|---|---|---|---|---|")
+        for r in other.sort_values(["metric", "scheme", "n_stolen"]).to_dict("records"):
+            out.append(f"| {r['scheme']} | {r['metric']} ({r['thief']}) | {r['n_stolen']} | {cell(r)} | {r['n']} |")
+    return "\n".join(out) + "\n"
 
 
 def plot_spoof_vs_n(df, path: Path) -> None:
@@ -320,7 +358,9 @@ def main(argv: list[str] | None = None) -> dict:
     e.add_argument("--scrub-strength", type=float, default=0.3)
     e.add_argument("--flood", type=float, nargs="*", default=[0.5], help="flood-token strengths for the TPR after flooding")
     e.add_argument("--out", default="benchmarks/stealing")
-    for p in (g, e):
+    t = sub.add_parser("tables", help="rewrite tables.md and the plot from an existing results.csv")
+    t.add_argument("--out", default="benchmarks/stealing")
+    for p in (g, e, t):
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--cache", type=Path, default=None)
         p.add_argument("--threads", type=int, default=1)
@@ -330,6 +370,13 @@ def main(argv: list[str] | None = None) -> dict:
     if args.cmd == "generate":
         for tag in args.schemes:
             generate(tag, args.n_max, args.seed, cache, args.batch_size)
+        return {}
+    if args.cmd == "tables":
+        import pandas as pd
+
+        df = pd.read_csv(Path(args.out) / "results.csv")
+        (Path(args.out) / "tables.md").write_text(tables(df))
+        plot_spoof_vs_n(df, Path(args.out) / "spoof_vs_n.png")
         return {}
     return evaluate(args, cache)
 
