@@ -238,11 +238,13 @@ def evaluate(args: argparse.Namespace, cache: Path) -> dict:
             from sketchwm_attacks.stealing import WatermarkStealer
 
             n = ns[-1]
-            ws = WatermarkStealer(V).fit([r["ids"] for r in pool[:n]], [r["ids"] for r in none[:n]])
             prompts = load_prompts("prompts", args.n_gen_spoof, offset=len(load_prompts("prompts")) - args.n_gen_spoof)
-            out = ws.spoof(backend, prompts, gen(f"{tag}/gen-spoof/{n}"), delta=args.spoof_delta)
-            record(tag, "generation-spoofer", n, "spoof-rate", flagged(victim, out.texts))
-            record(tag, "generation-spoofer", n, "unrelated-key-rate", flagged(other, out.texts))
+            for cw in args.spoof_context_weights:  # 1: the stealer's default (per-token and left-neighbour boosts)
+                ws = WatermarkStealer(V, {"context_weight": cw}).fit([r["ids"] for r in pool[:n]], [r["ids"] for r in none[:n]])
+                out = ws.spoof(backend, prompts, gen(f"{tag}/gen-spoof/{n}"), delta=args.spoof_delta)
+                thief = "generation-spoofer" + ("" if cw == 1.0 else f" (context_weight={cw:g})")
+                record(tag, thief, n, "spoof-rate", flagged(victim, out.texts))
+                record(tag, thief, n, "unrelated-key-rate", flagged(other, out.texts))
         if args.n_scrub and len(pool) >= 2 * args.n_scrub and tag not in VIEWS:  # steal-scrub: stealer of the first half, targets of the second
             n = len(pool) // 2
             targets = [r["text"] for r in pool[n : n + args.n_scrub]]
@@ -354,6 +356,8 @@ def main(argv: list[str] | None = None) -> dict:
     e.add_argument("--n-power", type=int, default=200, help="watermarked / unwatermarked texts for TPR, FPR, tokens-to-detect")
     e.add_argument("--n-gen-spoof", type=int, default=0, help="texts of the generation spoofer (0: skip)")
     e.add_argument("--spoof-delta", type=float, default=4.0)
+    e.add_argument("--spoof-context-weights", type=float, nargs="+", default=[1.0],
+                   help="context_weight of the generation spoofer's stealer (1: its default; 0: per-token boosts only)")
     e.add_argument("--n-scrub", type=int, default=0, help="texts to scrub (0: skip)")
     e.add_argument("--scrub-strength", type=float, default=0.3)
     e.add_argument("--flood", type=float, nargs="*", default=[0.5], help="flood-token strengths for the TPR after flooding")
