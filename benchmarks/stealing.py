@@ -321,8 +321,12 @@ def plot_spoof_vs_n(df, path: Path) -> None:
 
     sp = df[(df["metric"] == "spoof-rate") & (df["n_stolen"] > 0)]
     thieves = sorted(sp["thief"].unique())
-    fig, axes = plt.subplots(1, len(thieves), figsize=(4.2 * max(1, len(thieves)), 3.6), squeeze=False, sharey=True)
-    for ax, thief in zip(axes[0], thieves):
+    ncols = min(4, max(1, len(thieves)))
+    nrows = -(-max(1, len(thieves)) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.4 * nrows), squeeze=False, sharey=True)
+    for ax in axes.flat[len(thieves):]:
+        ax.set_visible(False)
+    for ax, thief in zip(axes.flat, thieves):
         for tag, g in sp[sp["thief"] == thief].groupby("scheme"):
             g = g.sort_values("n_stolen")
             ax.errorbar(g["n_stolen"], g["value"], yerr=[g["value"] - g["lo"], g["hi"] - g["value"]], marker="o",
@@ -332,7 +336,8 @@ def plot_spoof_vs_n(df, path: Path) -> None:
         ax.set_xlabel("stolen texts N")
         ax.axhline(0.05, color="grey", lw=0.8, ls="--")
         ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("spoof rate (p <= alpha under the victim key)")
+    for row in axes:
+        row[0].set_ylabel("spoof rate (p <= alpha, victim key)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
