@@ -9,9 +9,11 @@ model's corpus and from the token prior; nothing was fitted on them), for each s
 * ``count`` — the paper's plain count sketch with its key-randomised exact p-value;
 * ``unigram`` — the Unigram baseline (exact hypergeometric p-value under a random key);
 * ``dmark`` — DMark's KGW detector (exact binomial on distinct (context, token) pairs);
-* ``gumbel-position`` — the position-seeded Gumbel-max detector (exact Gamma(n, 1) tail).
+* ``gumbel-position`` — the position-seeded Gumbel-max detector (exact Gamma(n, 1) tail);
+* ``family`` — ``global-sketch-family``, the default's defence against stealing (8 member keys,
+  Bonferroni family test and spread test).
 
-The last two are run only when named (``--schemes dmark gumbel-position``).
+The last three are run only when named (e.g. ``--schemes dmark gumbel-position family``).
 
 Keys are fresh random keys (``secrets``) unless ``--seed`` is given (keys then derive from the seed
 by SHA-256, for a reproducible draw). Texts are tokenised once with the default model's tokenizer;
@@ -39,6 +41,7 @@ SCHEMES = {
     "unigram": ("unigram", {}),
     "dmark": ("dmark", {}),
     "gumbel-position": ("gumbel-position", {}),
+    "family": ("global-sketch-family", {}),
 }
 #: the tags run when ``--schemes`` is not given
 DEFAULT_SCHEMES = ("default", "count", "unigram")

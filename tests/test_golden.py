@@ -57,6 +57,7 @@ PATHS: dict[str, dict] = {
 #: scheme params for the tiny vocabulary (as in the conformance suite)
 PARAMS: dict[str, dict] = {
     "global-sketch": {"prior": {"source": "uniform"}},
+    "global-sketch-family": {"member": {"prior": {"source": "uniform"}}},
     "kth-exp-edit": {"key_len": 32, "n_permutations": 99},
 }
 SCHEMES = [None] + get_registry().names("scheme")

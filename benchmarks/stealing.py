@@ -1,0 +1,394 @@
+"""Watermark stealing at scale: spoof rate, scrub rate and unrelated-key flags vs stolen-sample count N.
+
+``generate``: per scheme, ``--n-max`` texts of the default DLM (128 tokens, its shipped sampler)
+watermarked under one victim key (prompts 0..n-1), and ``--n-max`` unwatermarked samples of the
+same open model (same prompts, other seeds): the thief's reference. Texts are appended batch by
+batch to JSONL files under ``--cache`` (resumable: a rerun continues where a file ends). Keys
+derive from ``--seed`` by SHA-256 (victim and unrelated key), so runs are reproducible. For the key
+family each record also holds the member its text was embedded under (ground truth for the
+adaptive thief's clustering, never used by a thief).
+
+``evaluate``: for each scheme with texts and each N of ``--ns`` available (the first N texts of
+both files: N watermarked, N unwatermarked; generated texts are reused across N), fit the
+document-frequency thief (:mod:`sketchwm_attacks.forgery`) and forge the first ``--n-human``
+passages of each shipped held-out human domain (``heldout-manpages``, ``heldout-culture``; text no
+model produced) with the registered ``spoof-insert`` and ``spoof-substitute`` at budget
+``--budget`` (edited words / words), and, for the key family, with the adaptive thief
+(``clusters`` = K). Reported per cell: the spoof rate (forged passages with p ≤ ``--alpha`` under
+the victim key) with a percentile-bootstrap 95% interval, the same under an unrelated key. Also:
+the *oracle mixture* thief (it ranks tokens by the family's exact mean boost (1/K)Σ_i c_i(v): the
+limit N → ∞ of every thief that does not tell the members apart) and the *oracle member* thief
+(member 0's exact c_0(v): an adaptive thief with perfect clustering); the generation spoofer
+(``WatermarkStealer.spoof``, the unwatermarked model with stolen logit boosts) at the largest N;
+the scrub rate of ``steal-scrub`` (strength ``--scrub-strength``, stealer of the first half of
+the texts, applied to texts of the other half); and the price of the defence: TPR at p ≤ α and
+median tokens-to-detect of the watermarked texts of each scheme (prefixes of 4, 8, …, 128
+tokens) and on the first 16 and 32 tokens, FPR on the unwatermarked ones, and the TPR after ``flood-token`` (``--flood``). Writes ``results.csv`` (one long table),
+``tables.md`` (its Markdown tables), ``summary.json`` and ``spoof_vs_n.png`` under ``--out``; runs compose (a run replaces the rows of
+the schemes it evaluates and keeps the others, and the plot is redrawn from the whole table).
+
+    python benchmarks/stealing.py generate --schemes none global-sketch --n-max 1000
+    python benchmarks/stealing.py evaluate --out benchmarks/stealing
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+#: scheme tag -> (registered scheme name, params); "none" is the unwatermarked model
+SCHEMES: dict[str, tuple[str, dict]] = {
+    "none": ("", {}),
+    "global-sketch": ("global-sketch", {}),
+    "red-green-dlm": ("red-green-dlm", {}),
+    "unigram": ("unigram", {}),
+    "family-8": ("global-sketch-family", {"members": 8}),
+    "family-4": ("global-sketch-family", {"members": 4}),
+    "family-2": ("global-sketch-family", {"members": 2}),
+}
+#: schemes whose texts are a subset of another's: a K-member family is the first K members of a
+#: larger one (member keys do not depend on K), so its texts are those embedded under members < K
+VIEWS: dict[str, tuple[str, int]] = {"family-4": ("family-8", 4), "family-2": ("family-8", 2)}
+
+
+def victim_key(seed: int, role: str = "victim"):
+    """The benchmark's key for ``role`` (``victim`` or ``unrelated``), derived from ``seed`` by SHA-256."""
+    from sketchwm.keys import WatermarkKey
+
+    return WatermarkKey(hashlib.sha256(f"stealing/{seed}/{role}".encode()).digest())
+
+
+def default_cache() -> Path:
+    """``$SKETCHWM_CACHE_DIR/stealing`` (or ``~/.cache/sketchwm/stealing``)."""
+    root = os.environ.get("SKETCHWM_CACHE_DIR") or str(Path.home() / ".cache" / "sketchwm")
+    return Path(root) / "stealing"
+
+
+def texts_path(cache: Path, seed: int, tag: str) -> Path:
+    return cache / f"seed{seed}" / f"{tag}.jsonl"
+
+
+def read_texts(path: Path) -> list[dict]:
+    """Records ``{"i", "prompt", "text", "ids"}`` of a generation file ([] when absent)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def generate(tag: str, n: int, seed: int, cache: Path, batch_size: int) -> list[dict]:
+    """Generate (or continue generating) ``n`` texts for scheme ``tag``; returns the records."""
+    from sketchwm.api import Watermarker
+    from sketchwm.data import load_prompts
+
+    name, params = SCHEMES[tag]
+    path = texts_path(cache, seed, tag)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    done = read_texts(path)
+    if len(done) >= n:
+        return done[:n]
+    prompts = load_prompts("prompts", n)
+    wm = Watermarker(victim_key(seed), {"scheme": {"name": name or "global-sketch", "params": params}})
+    with path.open("a") as fh:
+        for b0 in range(len(done), n, batch_size):
+            t0 = time.perf_counter()
+            chunk = prompts[b0 : b0 + batch_size]
+            batch_seed = int.from_bytes(hashlib.sha256(f"{seed}/{tag}/{b0}".encode()).digest()[:6], "big")
+            out = wm.generate(chunk, seed=batch_seed, watermark=bool(name), batch_size=batch_size)
+            drawn = getattr(wm.scheme, "drawn", None) if name else None  # key family: each text's member
+            for j, (p, t) in enumerate(zip(chunk, out.texts)):
+                ids = out.ids[j, : int(out.lengths[j])].tolist()
+                rec = {"i": b0 + j, "prompt": p, "text": t, "ids": ids}
+                if drawn is not None:
+                    rec["member"] = int(drawn[j])
+                fh.write(json.dumps(rec) + "\n")
+            fh.flush()
+            print(f"[{tag}] {b0 + len(chunk)}/{n} texts ({time.perf_counter() - t0:.1f} s for {len(chunk)})", flush=True)
+    return read_texts(path)[:n]
+
+
+def bootstrap_rate(hits: "np.ndarray", n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """Rate of a 0/1 array and its 95% percentile-bootstrap interval (Efron 1979): (rate, lo, hi)."""
+    import numpy as np
+
+    hits = np.asarray(hits, dtype=np.float64)
+    if hits.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    boots = hits[rng.integers(0, hits.size, (n_boot, hits.size))].mean(1)
+    return float(hits.mean()), float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))
+
+
+class OracleStealer:
+    """A 'stealer' that knows exact per-token boosts (V,) (the oracle thieves of the module doc)."""
+
+    def __init__(self, token_score: torch.Tensor, n: int = 0):
+        self.token_score, self.n_watermarked = token_score.double(), n
+
+    def ranked(self, k: int | None = None) -> torch.Tensor:
+        order = torch.argsort(self.token_score, descending=True, stable=True)
+        order = order[self.token_score[order] > 0]
+        return order if k is None else order[:k]
+
+
+def evaluate(args: argparse.Namespace, cache: Path) -> dict:
+    """The ``evaluate`` sub-command (module doc)."""
+    import numpy as np
+    import pandas as pd
+
+    from sketchwm.data import load
+    from sketchwm.detection import pad_ids
+    from sketchwm.registry import get_registry
+    from sketchwm_attacks.forgery import ClusteredStealer, DocFrequencyStealer
+
+    t_start = time.perf_counter()
+    reg = get_registry()
+    backend = reg.build("backend", "default")
+    V = backend.vocab_size
+    human = []
+    for dom in ("heldout-manpages", "heldout-culture"):
+        human += load(dom)[: args.n_human]
+    none = read_texts(texts_path(cache, args.seed, "none"))
+    rows: list[dict] = []
+    gen = lambda tag: torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(tag.encode()).digest()[:6], "big"))  # noqa: E731
+
+    def ids_of(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        return pad_ids([x if x else [0] for x in backend.encode(texts)])
+
+    def flagged(scheme, texts: list[str]) -> "np.ndarray":
+        ids, valid = ids_of(texts)
+        return (scheme.score_ids(ids, valid).p_value.double() <= args.alpha).numpy()
+
+    def record(tag, thief, n, metric, hits, **extra):
+        rate, lo, hi = bootstrap_rate(hits, seed=len(rows))
+        rows.append({"scheme": tag, "thief": thief, "n_stolen": n, "budget": args.budget, "metric": metric,
+                     "value": rate, "lo": lo, "hi": hi, "n": int(np.asarray(hits).size), **extra})
+        print(f"{tag:14s} {thief:22s} N={n:5d} {metric:18s} {rate:6.3f} [{lo:.3f}, {hi:.3f}] (n={np.asarray(hits).size})",
+              flush=True)
+
+    for tag in args.schemes:
+        name, params = SCHEMES[tag]
+        if tag in VIEWS:
+            src, k = VIEWS[tag]
+            pool = [r for r in read_texts(texts_path(cache, args.seed, src)) if r["member"] < k]
+        else:
+            pool = read_texts(texts_path(cache, args.seed, tag))
+        if not pool:
+            print(f"{tag}: no generated texts under {cache}; skipped", flush=True)
+            continue
+        victim = reg.create("scheme", name, params, victim_key(args.seed), V)
+        other = reg.create("scheme", name, params, victim_key(args.seed, "unrelated"), V)
+        family = getattr(victim, "members", None)
+        K = len(family) if family else 0
+        # the price: clean power and tokens-to-detect, FPR on the unwatermarked samples
+        wm_texts = [r["text"] for r in pool[: args.n_power]]
+        record(tag, "none", 0, "tpr", flagged(victim, wm_texts))
+        record(tag, "none", 0, "fpr-unwatermarked", flagged(victim, [r["text"] for r in none[: args.n_power]]))
+        ids, valid = ids_of(wm_texts)
+        lengths = list(range(4, 129, 4))
+        det = torch.stack([victim.score_ids(ids[:, :L], valid[:, :L]).p_value <= args.alpha for L in lengths])  # (L, B)
+        for L in (16, 32):  # power on short prefixes, where the family's correction costs
+            record(tag, "none", 0, f"tpr@{L}-tokens", det[lengths.index(L)].numpy())
+        first = torch.where(det.any(0), torch.tensor(lengths, dtype=torch.float64)[det.int().argmax(0)],
+                            torch.tensor(float("inf"), dtype=torch.float64))
+        rows.append({"scheme": tag, "thief": "none", "n_stolen": 0, "budget": 0.0, "metric": "median-tokens-to-detect",
+                     "value": float(first.median()), "lo": float("nan"), "hi": float("nan"), "n": len(wm_texts)})
+        print(f"{tag:14s} median tokens-to-detect {float(first.median())} (n={len(wm_texts)})", flush=True)
+        for strength in args.flood:  # flood robustness: one repeated token (registered flood-token)
+            atk = reg.create("attack", "flood-token", {"similarity": False})
+            record(tag, f"flood-token@{strength:g}", 0, "tpr-after-attack",
+                   flagged(victim, atk.apply(wm_texts, strength, gen(f"{tag}/flood/{strength}")).texts))
+        ns = sorted({n for n in args.ns if n <= min(len(pool), len(none))} | ({min(len(pool), len(none))} if args.include_max else set()))
+        for n in ns:
+            w_ids, r_ids = [r["ids"] for r in pool[:n]], [r["ids"] for r in none[:n]]
+            thieves = {"doc-frequency": DocFrequencyStealer(V).fit(w_ids, r_ids)}
+            if K > 1:
+                cl = ClusteredStealer(V, K, seed=args.seed).fit(w_ids, r_ids)
+                thieves[f"adaptive-{K}"] = cl
+                truth = np.array([r.get("member", -1) for r in pool[:n]])
+                ct = pd.crosstab(cl.labels.numpy(), truth)
+                purity = float(ct.to_numpy().max(1).sum() / n)
+                rows.append({"scheme": tag, "thief": f"adaptive-{K}", "n_stolen": n, "budget": 0.0,
+                             "metric": "cluster-purity", "value": purity, "lo": float("nan"), "hi": float("nan"), "n": n})
+                print(f"{tag:14s} adaptive clustering purity at N={n}: {purity:.3f}", flush=True)
+            for thief, st in thieves.items():
+                for attack in ("spoof-insert", "spoof-substitute"):
+                    atk = reg.create("attack", attack, {"similarity": False}, backend=backend, stealer=st)
+                    forged = atk.apply(human, args.budget, gen(f"{tag}/{thief}/{n}/{attack}")).texts
+                    record(tag, f"{thief}/{attack}", n, "spoof-rate", flagged(victim, forged))
+                    record(tag, f"{thief}/{attack}", n, "unrelated-key-rate", flagged(other, forged))
+        if family:  # oracle thieves: N → ∞ without / with telling the members apart
+            c = torch.stack([m.token_weights() for m in family])  # (K, V)
+            keep = family[0].sketch.keep_table()[:V].bool()
+            oracles = {"oracle-mixture": c.mean(0), "oracle-member": c[0]}
+            for thief, score in oracles.items():
+                st = OracleStealer(torch.where(keep, score, torch.zeros_like(score)))
+                atk = reg.create("attack", "spoof-insert", {"similarity": False}, backend=backend, stealer=st)
+                forged = atk.apply(human, args.budget, gen(f"{tag}/{thief}")).texts
+                record(tag, f"{thief}/spoof-insert", 0, "spoof-rate", flagged(victim, forged))
+                record(tag, f"{thief}/spoof-insert", 0, "unrelated-key-rate", flagged(other, forged))
+        if args.n_gen_spoof and ns and tag not in VIEWS:  # the generation spoofer at the largest N
+            from sketchwm.data import load_prompts
+            from sketchwm_attacks.stealing import WatermarkStealer
+
+            n = ns[-1]
+            prompts = load_prompts("prompts", args.n_gen_spoof, offset=len(load_prompts("prompts")) - args.n_gen_spoof)
+            for cw in args.spoof_context_weights:  # 1: the stealer's default (per-token and left-neighbour boosts)
+                ws = WatermarkStealer(V, {"context_weight": cw}).fit([r["ids"] for r in pool[:n]], [r["ids"] for r in none[:n]])
+                out = ws.spoof(backend, prompts, gen(f"{tag}/gen-spoof/{n}"), delta=args.spoof_delta)
+                thief = "generation-spoofer" + ("" if cw == 1.0 else f" (context_weight={cw:g})")
+                record(tag, thief, n, "spoof-rate", flagged(victim, out.texts))
+                record(tag, thief, n, "unrelated-key-rate", flagged(other, out.texts))
+        if args.n_scrub and len(pool) >= 2 * args.n_scrub and tag not in VIEWS:  # steal-scrub: stealer of the first half, targets of the second
+            n = len(pool) // 2
+            targets = [r["text"] for r in pool[n : n + args.n_scrub]]
+            before = flagged(victim, targets)
+            atk = reg.create("attack", "steal-scrub", {"similarity": False}, backend=backend,
+                             watermarked_texts=[r["text"] for r in pool[:n]], reference_texts=[r["text"] for r in none[:n]])
+            after = flagged(victim, atk.apply(targets, args.scrub_strength, gen(f"{tag}/scrub")).texts)
+            record(tag, f"steal-scrub@{args.scrub_strength:g}", n, "scrub-rate", (~after[before]).astype(float))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    df = pd.DataFrame(rows)
+    if (out / "results.csv").exists():  # runs compose: this run's schemes replace their rows of earlier runs
+        old = pd.read_csv(out / "results.csv")
+        df = pd.concat([old[~old["scheme"].isin(df["scheme"].unique())], df], ignore_index=True)
+    df.to_csv(out / "results.csv", index=False)
+    plot_spoof_vs_n(df, out / "spoof_vs_n.png")
+    (out / "tables.md").write_text(tables(df))
+    import subprocess
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    run = {"command": "python benchmarks/stealing.py " + " ".join(sys.argv[1:]), "schemes": sorted(set(r["scheme"] for r in rows)),
+           "seconds": round(time.perf_counter() - t_start, 1), "alpha": args.alpha, "budget": args.budget,
+           "n_human": 2 * args.n_human, "commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    runs = json.loads((out / "summary.json").read_text())["runs"] if (out / "summary.json").exists() else []
+    runs = [r for r in runs if not set(r["schemes"]) <= set(run["schemes"])] + [run]
+    (out / "summary.json").write_text(json.dumps({"runs": runs}, indent=2) + "\n")
+    print(json.dumps(run))
+    return run
+
+
+def tables(df) -> str:
+    """Markdown tables of a results table: spoof and unrelated-key rates per scheme, thief and N; the
+    price of each scheme (power, tokens-to-detect, FPR, flooding); scrub rates and cluster purity."""
+    def cell(r) -> str:
+        if r["lo"] != r["lo"]:  # NaN: no interval
+            return f"{r['value']:.3g}"
+        return f"{r['value']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]"
+
+    out = []
+    sp = df[df["metric"].isin(["spoof-rate", "unrelated-key-rate"])].copy()
+    sp["N"] = sp["n_stolen"].map(lambda n: "∞ (oracle)" if n == 0 else str(n))
+    out.append("| scheme | thief | N | spoof rate [95% CI] | unrelated-key rate [95% CI] | n |")
+    out.append("|---|---|---|---|---|---|")
+    for (tag, thief, n), g in sp.groupby(["scheme", "thief", "n_stolen"], sort=True):
+        by = {m: r for m, r in zip(g["metric"], g.to_dict("records"))}
+        s, u = by.get("spoof-rate"), by.get("unrelated-key-rate")
+        out.append(f"| {tag} | {thief} | {'∞ (oracle)' if n == 0 else n} | {cell(s) if s else ''} | {cell(u) if u else ''} | "
+                   f"{int(s['n']) if s else ''} |")
+    out.append("")
+    price = ["tpr", "tpr@16-tokens", "tpr@32-tokens", "median-tokens-to-detect", "fpr-unwatermarked", "tpr-after-attack"]
+    pr = df[df["metric"].isin(price)]
+    out.append("| scheme | TPR (128 tokens, p ≤ α) | TPR (16 tokens) | TPR (32 tokens) | median tokens-to-detect | "
+               "FPR (unwatermarked) | TPR after flood-token 0.5 | n |")
+    out.append("|---|---|---|---|---|---|---|---|")
+    for tag, g in pr.groupby("scheme", sort=True):
+        by = {m: r for m, r in zip(g["metric"], g.to_dict("records"))}
+        out.append(f"| {tag} | " + " | ".join(cell(by[m]) if m in by else "" for m in price) + f" | {int(by['tpr']['n'])} |")
+    out.append("")
+    other = df[df["metric"].isin(["scrub-rate", "cluster-purity"])]
+    if len(other):
+        out.append("| scheme | what | N | value | n |")
+        out.append("|---|---|---|---|---|")
+        for r in other.sort_values(["metric", "scheme", "n_stolen"]).to_dict("records"):
+            out.append(f"| {r['scheme']} | {r['metric']} ({r['thief']}) | {r['n_stolen']} | {cell(r)} | {r['n']} |")
+    return "\n".join(out) + "\n"
+
+
+def plot_spoof_vs_n(df, path: Path) -> None:
+    """Spoof rate vs N (log x) per scheme and thief, with the bootstrap intervals as error bars."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sp = df[(df["metric"] == "spoof-rate") & (df["n_stolen"] > 0)]
+    thieves = sorted(sp["thief"].unique())
+    ncols = min(4, max(1, len(thieves)))
+    nrows = -(-max(1, len(thieves)) // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.4 * nrows), squeeze=False, sharey=True)
+    for ax in axes.flat[len(thieves):]:
+        ax.set_visible(False)
+    for ax, thief in zip(axes.flat, thieves):
+        for tag, g in sp[sp["thief"] == thief].groupby("scheme"):
+            g = g.sort_values("n_stolen")
+            ax.errorbar(g["n_stolen"], g["value"], yerr=[g["value"] - g["lo"], g["hi"] - g["value"]], marker="o",
+                        capsize=3, label=tag)
+        ax.set_xscale("log")
+        ax.set_title(thief, fontsize=9)
+        ax.set_xlabel("stolen texts N")
+        ax.axhline(0.05, color="grey", lw=0.8, ls="--")
+        ax.legend(fontsize=7)
+    for row in axes:
+        row[0].set_ylabel("spoof rate (p <= alpha, victim key)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("generate", help="generate the watermarked and unwatermarked texts")
+    g.add_argument("--schemes", nargs="+", default=[t for t in SCHEMES if t not in VIEWS],
+                   choices=[t for t in SCHEMES if t not in VIEWS])
+    g.add_argument("--n-max", type=int, default=1000)
+    g.add_argument("--batch-size", type=int, default=25)
+    e = sub.add_parser("evaluate", help="fit the thieves, forge human passages, score (module doc)")
+    e.add_argument("--schemes", nargs="+", default=[t for t in SCHEMES if t != "none"], choices=[t for t in SCHEMES if t != "none"])
+    e.add_argument("--ns", type=int, nargs="+", default=[50, 200, 1000])
+    e.add_argument("--include-max", action="store_true", help="also evaluate at the largest N the files hold")
+    e.add_argument("--budget", type=float, default=0.2, help="edited words / words of each forged passage")
+    e.add_argument("--n-human", type=int, default=100, help="passages per held-out domain to forge")
+    e.add_argument("--alpha", type=float, default=0.01)
+    e.add_argument("--n-power", type=int, default=200, help="watermarked / unwatermarked texts for TPR, FPR, tokens-to-detect")
+    e.add_argument("--n-gen-spoof", type=int, default=0, help="texts of the generation spoofer (0: skip)")
+    e.add_argument("--spoof-delta", type=float, default=4.0)
+    e.add_argument("--spoof-context-weights", type=float, nargs="+", default=[1.0],
+                   help="context_weight of the generation spoofer's stealer (1: its default; 0: per-token boosts only)")
+    e.add_argument("--n-scrub", type=int, default=0, help="texts to scrub (0: skip)")
+    e.add_argument("--scrub-strength", type=float, default=0.3)
+    e.add_argument("--flood", type=float, nargs="*", default=[0.5], help="flood-token strengths for the TPR after flooding")
+    e.add_argument("--out", default="benchmarks/stealing")
+    t = sub.add_parser("tables", help="rewrite tables.md and the plot from an existing results.csv")
+    t.add_argument("--out", default="benchmarks/stealing")
+    for p in (g, e, t):
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--cache", type=Path, default=None)
+        p.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    cache = args.cache or default_cache()
+    if args.cmd == "generate":
+        for tag in args.schemes:
+            generate(tag, args.n_max, args.seed, cache, args.batch_size)
+        return {}
+    if args.cmd == "tables":
+        import pandas as pd
+
+        df = pd.read_csv(Path(args.out) / "results.csv")
+        (Path(args.out) / "tables.md").write_text(tables(df))
+        plot_spoof_vs_n(df, Path(args.out) / "spoof_vs_n.png")
+        return {}
+    return evaluate(args, cache)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
