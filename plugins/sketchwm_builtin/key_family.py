@@ -51,7 +51,7 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from sketchwm.components import DenoiseStep, MarginalReads, Marginals, SchemeScores, WatermarkScheme
+from sketchwm.components import DenoiseStep, MarginalReads, Marginals, SchemeScores, Strength, WatermarkScheme
 from sketchwm.config import StrictModel
 from sketchwm.errors import ConfigError
 from sketchwm.stats import normal_isf
@@ -161,6 +161,7 @@ class GlobalSketchFamilyScheme(WatermarkScheme):
 
     name = "global-sketch-family"
     Params = GlobalSketchFamilyParams
+    strength = Strength("member.delta", (0.25, 0.5, 0.75, 1.0))  # every member's δ; default 0.75
     reads = MarginalReads.masked(incremental=True)  # the members' reads
 
     def __init__(self, params: Any, key: Any, vocab_size: int, device="cpu", registry: Any = None,
