@@ -1,6 +1,6 @@
 """How far the default embedding's tilt moves from the exact computation, step by step, on the default model.
 
-The default global sketch embeds with two approximations (issue 15): the tail linearisation of the
+The default global sketch embeds with two approximations: the tail linearisation of the
 expected sketch and tilt (``tail_epsilon`` ε, :mod:`sketchwm.marginal_sums`) and, in the engine,
 amortised marginals (``marginal_refresh`` ``auto`` = ``once``: every masked row at the first step,
 then the sampled rows only; the other masked rows keep their first marginals). This script runs the

@@ -71,8 +71,8 @@ class SamplerConfig(StrictModel):
             only, every masked row at each refresh). ``auto`` (default): ``once`` for incremental
             schemes, 1 for the others (on the default model ``once`` costs 1.1-1.2× the
             unwatermarked sampler and moves the mean detection z by less than its standard error;
-            ``block`` and exact cost more: README, "Speed"). The effect on the tilt and on detection z
-            is measured by ``benchmarks/perf_generate.py`` (README, "Speed").
+            ``block`` and exact cost more: ``docs/speed.md``). The effect on the tilt and on detection z
+            is measured by ``benchmarks/perf_generate.py`` and ``benchmarks/tilt_error.py``.
     """
 
     gen_length: int = Field(128, ge=1)
