@@ -1,4 +1,4 @@
-"""Mean text length with and without the watermark on the stopping stand-in (issue 13, defect 1).
+"""Mean text length with and without the watermark on the stopping stand-in.
 
 The stand-in (:mod:`sketchwm.testing.stopping`) is a tiny random masked LM whose EOS probability at
 canvas position i is σ((i − k)/s): unwatermarked, the text (tokens before the first EOS) has a known

@@ -173,7 +173,7 @@ def diversity(samples: list[list[int]]) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> dict:
     """Run the benchmark; print metrics and the final JSON line; return the dict."""
-    ap = argparse.ArgumentParser(description="metrics of the shipped default DLM (issue 3)")
+    ap = argparse.ArgumentParser(description="metrics of the shipped default DLM")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-eval", type=int, default=1000)
     ap.add_argument("--n-samples", type=int, default=100)

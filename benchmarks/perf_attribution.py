@@ -1,6 +1,6 @@
 """Attribution of one text among 100,000 key-family members: bit-packed AND/popcount vs float GEMV.
 
-Workload (issue 15): one 256-token text, K = 100,000 members, D = 1,024 (default ``global-sketch``,
+Workload: one 256-token text, K = 100,000 members, D = 1,024 (default ``global-sketch``,
 presence Count-Sketch d = 4, w = 256). The bank of directions is built and bit-packed untimed
 (:class:`sketchwm.attribution.DirectionBank`, K·D/8 bytes); timed per repeat, side by side:
 

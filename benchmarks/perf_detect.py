@@ -1,7 +1,7 @@
 """Detection throughput on pre-tokenised ids: the default scheme's bare score and full detection,
 with ``unigram`` and ``red-green-dlm`` for reference, timed side by side.
 
-Workload (issue 15): ``--tokens`` (default 2^20 ≥ 10^6) token ids in texts of ``--length`` 256,
+Workload: ``--tokens`` (default 2^20 ≥ 10^6) token ids in texts of ``--length`` 256,
 V = 126,464 (LLaDA's vocabulary), the default ``global-sketch`` (presence Count-Sketch d = 4,
 w = 256, D = 1,024, ``exclude_top`` 300, fixed-key background null). The token prior is a Zipf
 law over V (written to a temporary file so that ``exclude_top`` acts as with a real prior) and

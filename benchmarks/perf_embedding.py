@@ -20,7 +20,7 @@ The input is checked unchanged at the end. Schemes: the default (presence Count-
 over repeats of per-repeat ratios, so machine noise cancels.
 
 ``--eos ID`` sets a stop token, so the step computes the expected sketch of the text cut at its
-first EOS (issue 13).
+first EOS.
 
 Usage: python benchmarks/perf_embedding.py [--device cpu|cuda] [--threads 2] [--repeats 9] [--eos ID]
 Last line: {"ratio": ..., "ratio_inplace": ..., ...}
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vocab", type=int, default=126464)
     ap.add_argument("--masked", type=float, default=0.75, help="fraction of masked positions")
     ap.add_argument("--eos", type=int, default=None,
-                    help="stop token id: the step computes the expected sketch of the text cut at its first EOS (issue 13)")
+                    help="stop token id: the step computes the expected sketch of the text cut at its first EOS")
     args = ap.parse_args(argv)
     dev = setup(args)
     B, G, V = args.batch, args.positions, args.vocab

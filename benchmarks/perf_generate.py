@@ -1,6 +1,6 @@
 """Watermarked vs unwatermarked generation time on the default model, side by side, for every scheme.
 
-Workload (issue 15): ``--prompts`` 16 prompts × ``--gen-length`` 128 tokens on the shipped default
+Workload: ``--prompts`` 16 prompts × ``--gen-length`` 128 tokens on the shipped default
 DLM with its sampler defaults, one batch. Per repeat, the unwatermarked sampler and each scheme are
 run in turn with the same prompts and seed (interleaved, so the drifts of a shared machine hit all
 alike); each scheme's ratio is the median over repeats of (its time / the unwatermarked time of the

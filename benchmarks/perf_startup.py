@@ -9,7 +9,7 @@ Commands (each a fresh process, wall-clock seconds):
 
 The commands run interleaved, ``--repeats`` rounds (one of each per round, in a rotating order), so
 machine load affects all of them alike; medians are reported, with their ratio to ``python -c pass``.
-Targets (issue 16): ``--help`` <= 1 s and ``plugins`` <= 1.5 s.
+Targets: ``--help`` <= 1 s and ``plugins`` <= 1.5 s.
 
 Usage: python benchmarks/perf_startup.py [--repeats 7]
 Last line: one JSON object {command: {"median_s", "min_s", "ratio_to_python"}}.

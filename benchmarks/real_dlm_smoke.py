@@ -13,7 +13,7 @@ and here, on the project's stand-ins (tiny random models with the real interface
 
 Steps: ``--n-cal`` unwatermarked texts calibrate the detector (τ_N per length bin at ``--alpha``);
 ``--n`` held-out prompts are generated without and with the watermark of ``--scheme`` (default
-``global-sketch``; the backend's own sampler settings, see README "Real DLM backends", plus
+``global-sketch``; the backend's own sampler settings, see docs/backends.md, plus
 ``--gen-length``/``--steps``); texts are cut at the
 first EOS and those shorter than the scheme's minimum length are left out (counted). TPR is the
 detected fraction of watermarked texts, FPR that of held-out unwatermarked ones.

@@ -5,7 +5,7 @@ paper's plain count sketch with its key-randomised p-value, ``unigram``), genera
 watermarked texts of ``--gen-length`` tokens on the default model with one key, tokenize them with
 the detector's tokenizer, and score every prefix of 16, 16 + ``--stride``, … tokens. A text's
 tokens-to-detect is the shortest prefix with the scheme's reported p-value ≤ ``--alpha`` (the
-definition of the benchmark harness, issue 14); texts never detected count as +∞, so the median is
+definition of the benchmark harness); texts never detected count as +∞, so the median is
 ∞ when fewer than half are detected. The last line is one JSON object.
 
     python benchmarks/tokens_to_detect.py --n-texts 100

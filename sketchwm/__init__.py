@@ -1,6 +1,6 @@
 """sketchwm: global Count-Sketch watermarking for masked diffusion language models.
 
-Public API (see README): :class:`WatermarkKey`, :class:`Watermarker` and the verbs
+Public API (README.md and docs/): :class:`WatermarkKey`, :class:`Watermarker` and the verbs
 :func:`keygen`, :func:`generate`, :func:`detect`, :func:`calibrate`.
 """
 

@@ -377,9 +377,13 @@ def cmd_plugins(args: argparse.Namespace) -> int:
         print(json.dumps(desc, indent=2, ensure_ascii=False))
     else:
         for kind, items in desc.items():
+            if kind == "broken":
+                continue
             print(f"{kind}:")
             for it in items:
                 print(f"  {it['name']:<18} {it['summary']}")
+        for it in desc.get("broken", []):
+            print(f"broken plugin {it['name']!r}: failed to load and left out: {it['error']}")
         print("commands (hook sketchwm_register_commands):")
         for name, info in describe_commands(use_cache=not args.no_cache).items():
             print(f"  {name:<18} {info['help']} [plugin {info['plugin']}]")
@@ -512,23 +516,28 @@ def _one_line(exc: BaseException) -> str:
 
 @contextlib.contextmanager
 def _warnings_as_lines():
-    """The warning half of the error path: a :class:`sketchwm.errors.SketchwmWarning` (e.g. a watermark
-    that cannot act under greedy decoding) prints one line on stderr, ``sketchwm: warning: <problem>:
-    <fix>``, with no source location; other warnings keep Python's format. Restored on exit."""
+    """Within a command, every :class:`sketchwm.errors.SketchwmWarning` (e.g. a watermark that cannot act
+    under greedy decoding) is shown (the code that warns already warns once), through the one-line
+    printer :func:`main` installs (:func:`_warning_printer`). Restored on exit."""
     from .errors import SketchwmWarning
 
     with warnings.catch_warnings():
-        warnings.simplefilter("always", SketchwmWarning)  # the code that warns already warns once
-        shown = warnings.showwarning
-
-        def show(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001 - warnings' signature
-            if issubclass(category, SketchwmWarning):
-                print(f"sketchwm: warning: {_one_line(message)}", file=sys.stderr)
-            else:
-                shown(message, category, filename, lineno, file, line)
-
-        warnings.showwarning = show
+        warnings.simplefilter("always", SketchwmWarning)
         yield
+
+
+def _warning_printer(debug: bool) -> Callable[..., None]:
+    """A :func:`warnings.showwarning` that prints one line, ``sketchwm: warning: <message>``, the
+    format of the CLI's errors (``--debug`` adds the category and where it was raised)."""
+
+    def show(message: Any, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        where = f" [{category.__name__} at {filename}:{lineno}]" if debug else ""
+        try:
+            print(f"sketchwm: warning: {_one_line(message)}{where}", file=file or sys.stderr)
+        except (OSError, ValueError):  # stderr closed: a warning must never fail the command
+            pass
+
+    return show
 
 
 def main(argv: Sequence[str] | None = None, plugins: Sequence[Any] = ()) -> int:
@@ -536,12 +545,24 @@ def main(argv: Sequence[str] | None = None, plugins: Sequence[Any] = ()) -> int:
 
     0: success. 2: the user's input, files or environment (one line on stderr). 1: a bug (traceback).
     130: interrupted (Ctrl-C); outputs are left as they were. ``plugins``: as for :func:`build_parser`.
+    Warnings print as one line in the errors' format, ``sketchwm: warning: <message>``.
     """
+    import warnings
+
+    argv_list = list(sys.argv[1:] if argv is None else argv)
+    saved = warnings.showwarning
+    warnings.showwarning = _warning_printer("--debug" in argv_list)
+    try:
+        return _main(argv_list, plugins)
+    finally:
+        warnings.showwarning = saved
+
+
+def _main(argv: list[str], plugins: Sequence[Any]) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # busy-waiting OpenMP threads starve a shared 2-core CPU
-    argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
         with _warnings_as_lines():

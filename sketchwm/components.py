@@ -356,7 +356,7 @@ class Sketch(Component):
 
     Args:
         params: validated ``Params``.
-        key_seed_source: the sketch key k_sk (a :class:`sketchwm.keys.WatermarkKey`).
+        key: the sketch key k_sk (a :class:`sketchwm.keys.WatermarkKey`).
         vocab_size: V, number of token ids (the model's logit dimension).
         token_prior: π_tok as non-negative float64 counts or probabilities, shape (V,), or None.
         device: where tables live.
@@ -659,7 +659,8 @@ class Sketch(Component):
             dw (B, M, 1) for ``count`` (r_i) or (B, M, V) for ``presence`` (the storage of ``probs``),
             (B, K, ·) at ``rows`` if given (a fresh tensor): ∂ŵ_v/∂p_i(v) at each row (0 on invalid
             rows, at e, after a frozen EOS and, in column v, from v's first frozen position on).
-            Source: eq. (5) extended to the text cut at its first EOS (issue 13; the paper has no EOS).
+            Source: eq. (5) extended to the text cut at its first EOS (the paper has no EOS; derivation in
+            the module doc of ``sketchwm_builtin.global_sketch``).
         """
         B, G = tokens.shape
         V = probs.shape[-1]

@@ -149,12 +149,19 @@ def transfer_schedule(masked_in_block: torch.Tensor, steps: int) -> torch.Tensor
 
 
 def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Nucleus filter: logits (..., V) → same, with -inf outside the top-p mass."""
-    sorted_logits, idx = torch.sort(logits, dim=-1, descending=True)
-    cum = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
-    remove = cum - torch.softmax(sorted_logits, dim=-1) > top_p  # keep the token that crosses p
-    sorted_logits = sorted_logits.masked_fill(remove, float("-inf"))
-    return torch.empty_like(logits).scatter_(-1, idx, sorted_logits)
+    """Nucleus (top-p) filter of Holtzman et al. (2020), by transformers' ``TopPLogitsWarper``.
+
+    Args:
+        logits: (..., V) float logits; top_p: the mass to keep, in (0, 1].
+
+    Returns:
+        (..., V) float, a new tensor: ``logits`` on the smallest set of most likely tokens whose
+        probability reaches ``top_p`` (at least one token), -inf elsewhere.
+    """
+    from transformers.generation.logits_process import TopPLogitsWarper
+
+    flat = logits.reshape(-1, logits.shape[-1])  # (B·K, V): the warper works on (batch, vocab)
+    return TopPLogitsWarper(top_p)(None, flat).reshape(logits.shape)
 
 
 def sample_tokens(logits: torch.Tensor, uniforms: torch.Tensor | None, generator: torch.Generator,

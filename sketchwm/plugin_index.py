@@ -16,8 +16,7 @@ reads every installed distribution's metadata): the sketchwm version, ``sys.path
 modification time of each of its directories (installing or removing a distribution changes its
 directory), and the size and modification time of the plugin packages' files recorded in it.
 
-This module also makes the plugin manager (:func:`get_plugin_manager`): it needs pluggy and the
-hookspecs only, not the components, so the command line can load one plugin without torch.
+The plugin manager itself comes from :mod:`sketchwm.plugin_manager` (re-exported here).
 
 Cache directory: ``$SKETCHWM_CACHE_DIR``, else ``$XDG_CACHE_HOME/sketchwm``, else
 ``~/.cache/sketchwm``. A cache that cannot be read or written is ignored.
@@ -35,7 +34,7 @@ from typing import Any, Iterable, Sequence
 __all__ = ["describe_plugins", "plugins_fingerprint", "cache_dir", "get_plugin_manager", "describe_commands",
            "add_plugin_commands"]
 
-ENTRY_POINT_GROUP = "sketchwm"
+from .plugin_manager import ENTRY_POINT_GROUP, broken_plugins, get_plugin_manager
 
 
 def cache_dir() -> Path:
@@ -95,8 +94,12 @@ def describe_plugins(use_cache: bool = True) -> dict[str, list[dict[str, str]]]:
     Args:
         use_cache: False always imports the plugins (and refreshes the cache).
 
+    A plugin that fails to load is listed under ``"broken"`` (name and one-line error) instead of
+    its components; such a listing is not cached (a missing dependency installed later would not
+    change the fingerprint).
+
     Raises:
-        RegistryError: a plugin fails to load or registers a bad class (never cached).
+        RegistryError: a plugin registers a bad class or a name twice (never cached).
     """
     fp = plugins_fingerprint()
     path = cache_dir() / f"plugins-{fp}.json"
@@ -105,10 +108,15 @@ def describe_plugins(use_cache: bool = True) -> dict[str, list[dict[str, str]]]:
             return json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             pass
+    import warnings
+
     from .registry import get_registry
 
-    desc = get_registry().describe()
-    _write_cache(path, desc)
+    with warnings.catch_warnings():  # the listing names broken plugins itself
+        warnings.filterwarnings("ignore", message="plugin '.*' failed to load")
+        desc = get_registry().describe()
+    if "broken" not in desc:
+        _write_cache(path, desc)
     return desc
 
 
@@ -126,43 +134,6 @@ def _write_cache(path: Path, data: Any) -> None:
         write_json_atomic(path, data)
     except Exception:  # noqa: BLE001
         pass
-
-
-# ---------------------------------------------------------------- the plugin manager
-def get_plugin_manager(entry_points: Iterable[Any] | None = None, extra_plugins: Iterable[Any] = ()) -> Any:
-    """A new :class:`pluggy.PluginManager` with the sketchwm hookspecs and plugins.
-
-    Args:
-        entry_points: objects with ``.name`` and ``.load()`` (``importlib.metadata.EntryPoint`` or
-            fakes). None means the installed ``sketchwm`` entry-point group.
-        extra_plugins: modules or objects to register directly (after the entry points).
-
-    Raises:
-        RegistryError: an entry point fails to import.
-    """
-    import pluggy
-
-    from . import hookspecs
-    from .errors import RegistryError
-
-    pm = pluggy.PluginManager(hookspecs.PROJECT)
-    pm.add_hookspecs(hookspecs)
-    if entry_points is None:
-        import importlib.metadata
-
-        entry_points = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)
-    for ep in entry_points:
-        try:
-            plugin = ep.load()
-        except Exception as exc:  # noqa: BLE001 - report which plugin broke
-            raise RegistryError(f"failed to load sketchwm plugin entry point '{ep.name}': {exc}") from exc
-        if pm.is_registered(plugin):
-            continue
-        pm.register(plugin, name=ep.name)
-    for plugin in extra_plugins:
-        if not pm.is_registered(plugin):
-            pm.register(plugin)
-    return pm
 
 
 # ---------------------------------------------------------------- plugin sub-commands
@@ -256,7 +227,8 @@ def describe_commands(use_cache: bool = True) -> dict[str, dict[str, str]]:
     commands = {c: {"help": helps.get(c, ""), "plugin": owner[c], "target": targets[owner[c]]} for c in sorted(owner)}
     tops = {"sketchwm"} | {m.split(".")[0] for m in (getattr(p, "__name__", "") for p in pm.get_plugins()) if m}
     files = [f for top in sorted(tops) for f in _package_files(top) if f[1] >= 0]
-    _write_cache(path, {"files": files, "commands": commands})
+    if not broken_plugins(pm):  # a plugin fixed later (a dependency installed) must be listed then
+        _write_cache(path, {"files": files, "commands": commands})
     return commands
 
 

@@ -1,4 +1,4 @@
-"""The component registry (and, re-exported from :mod:`sketchwm.plugin_index`, the plugin manager factory).
+"""The component registry (and, re-exported from :mod:`sketchwm.plugin_manager`, the plugin manager factory).
 
 ``get_plugin_manager()`` builds a fresh :class:`pluggy.PluginManager` loaded from the ``sketchwm``
 entry-point group (or from explicitly given entry points, for tests). :class:`Registry` collects
@@ -19,7 +19,7 @@ from .bench.metric import Metric
 from .context import BuildContext
 from .engine import RemaskingRule
 from .errors import RegistryError
-from .plugin_index import ENTRY_POINT_GROUP, get_plugin_manager
+from .plugin_manager import ENTRY_POINT_GROUP, broken_plugins, get_plugin_manager
 
 __all__ = ["get_plugin_manager", "Registry", "get_registry", "KINDS", "ENTRY_POINT_GROUP"]
 
@@ -102,14 +102,22 @@ class Registry:
         (scripts and tests that hold them all); the library builds through :meth:`build`."""
         return self.get(kind, name)(*args, **kwargs)
 
+    @property
+    def broken(self) -> dict[str, str]:
+        """{entry-point name: one-line error} of the plugins that failed to load and were left out."""
+        return broken_plugins(self.pm)
+
     def describe(self) -> dict[str, list[dict[str, str]]]:
-        """``{kind: [{"name", "class", "summary"}]}`` for ``sketchwm plugins --json``."""
+        """``{kind: [{"name", "class", "summary"}]}`` for ``sketchwm plugins --json``, plus
+        ``"broken": [{"name", "error"}]`` when a plugin failed to load."""
         out: dict[str, list[dict[str, str]]] = {}
         for kind in KINDS:
             out[kind] = [
                 {"name": n, "class": f"{c.__module__}.{c.__qualname__}", "summary": c.summary()}
                 for n, c in sorted(self._table(kind).items())
             ]
+        if self.broken:
+            out["broken"] = [{"name": n, "error": e} for n, e in sorted(self.broken.items())]
         return out
 
     def _table(self, kind: str) -> dict[str, type[Component]]:

@@ -103,7 +103,9 @@ def test_broken_entry_point_names_itself():
             raise ImportError("no module named nowhere")
 
     with pytest.raises(RegistryError, match="entry point 'broken'"):
-        get_plugin_manager([Broken()])
+        get_plugin_manager([Broken()], on_error="raise")
+    with pytest.warns(UserWarning, match="plugin 'broken' failed to load"):  # default: left out, named
+        assert Registry(get_plugin_manager([Broken()])).broken == {"broken": "ImportError: no module named nowhere"}
 
 
 def test_unknown_names_suggest_close_matches(builtin_registry):

@@ -1,6 +1,6 @@
-"""The README's worked example — a new watermark scheme in one file — run as written.
+"""The docs' worked example — a new watermark scheme in one file — run as written.
 
-The block ``# my_pkg/lucky.py`` of README "How sketchwm is built" is executed as a module,
+The block ``# my_pkg/lucky.py`` of ``docs/plugins.md`` is executed as a module,
 registered through a fake ``sketchwm`` entry point (as an installed package would be), then used
 through the public API exactly as a user would: generate on the tiny test model, detect, compare
 with unwatermarked text, and pass the conformance suite every scheme passes.
@@ -22,20 +22,20 @@ from sketchwm.keys import WatermarkKey
 from sketchwm.registry import Registry, get_plugin_manager
 from sketchwm.testing.schemes import check_scheme
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "plugins.md"
 
 
 def _readme_module() -> types.ModuleType:
-    code = re.search(r"```python\n(# my_pkg/lucky.py\n.*?)```", README.read_text(encoding="utf-8"), re.S)
-    assert code, "the README no longer shows my_pkg/lucky.py"
+    code = re.search(r"```python\n(# my_pkg/lucky.py\n.*?)```", PAGE.read_text(encoding="utf-8"), re.S)
+    assert code, "docs/plugins.md no longer shows my_pkg/lucky.py"
     mod = types.ModuleType("my_pkg_lucky")
-    exec(compile(code.group(1), "README.md:my_pkg/lucky.py", "exec"), mod.__dict__)  # noqa: S102
+    exec(compile(code.group(1), "docs/plugins.md:my_pkg/lucky.py", "exec"), mod.__dict__)  # noqa: S102
     return mod
 
 
 @pytest.fixture(scope="module")
 def registry():
-    """The installed plugins plus the README's module behind a fake entry point ``lucky``."""
+    """The installed plugins plus the docs' module behind a fake entry point ``lucky``."""
     mod = _readme_module()
 
     class FakeEntryPoint:

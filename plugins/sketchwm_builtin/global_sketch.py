@@ -59,7 +59,7 @@ therefore never used. Without EOS mass this is the derivation above, unchanged. 
 expectation vs Monte Carlo of cut texts, gradient vs ``torch.autograd``, p̃(e) = p(e), and mean
 length on a stand-in that stops after ~k tokens; ``tests/test_eos_sketch.py``.)
 
-How the step is computed (issue 15). The column sums Σ_{i∈M_t} p_i and Σ_{i∈M_t} log(1 − p_i) come
+How the step is computed. The column sums Σ_{i∈M_t} p_i and Σ_{i∈M_t} log(1 − p_i) come
 from one cache-blocked softmax pass (:func:`sketchwm.marginal_sums.masked_marginal_sums`); with
 ``tail_epsilon`` ε > 0 the tokens below ε at every masked row are linearised (log(1 − p) ≈ −p,
 1/(1 − p_i) ≈ 1: a moves by at most a relative ε/(1 − ε)) and the others computed exactly, so the
@@ -259,15 +259,14 @@ class GlobalSketchParams(StrictModel):
             penalty's gradient −λĥ pushes down the tokens the text already holds many of (function
             words), which costs fluency: on the default DLM (40 prompts × 128 tokens), γ=0.05 gave
             median z 5.8 at 1.9× the unwatermarked oracle perplexity and 9.8 at 2.4× (δ=1), where
-            γ=0.25 gave 4.5 at 2.3× (δ=0.3) and 7.7 at 3.4× (δ=0.5) (README, "Choosing δ and γ"). With γ=1 the
+            γ=0.25 gave 4.5 at 2.3× (δ=0.3) and 7.7 at 3.4× (δ=0.5) (measured at commit ed05b1a; today ``benchmarks/configs/tune_delta_gamma.yaml``). With γ=1 the
             analytic threshold of eq. 19 is unreachable below ~100 tokens (S_k <= d(2√N − γ√w)
             when no token repeats); with γ=0.05 it is τ_α = 11.5 at α = 1%.
         delta: δ in η_t = δ·√n̂·s(t) (0 disables embedding). Default 0.75: with the presence sketch,
             on 30 prompts × 128 tokens of the default DLM, δ = 0.75 gave mean z 9.3 at 1.59× the
             unwatermarked oracle perplexity, where the paper's plain count sketch at δ = 0.5 gave
-            z 6.2 at 1.69× and the presence sketch at δ = 0.5 z 6.1 at 1.20× (README, "What a
-            p-value promises"; measured with ``benchmarks/compare_schemes.py`` at commit ed05b1a, today
-            ``sketchwm bench run benchmarks/configs/tune_delta_gamma.yaml``).
+            z 6.2 at 1.69× and the presence sketch at δ = 0.5 z 6.1 at 1.20× (measured at commit ed05b1a;
+            today ``sketchwm bench run benchmarks/configs/tune_delta_gamma.yaml``).
         schedule: η_t schedule ``constant`` | ``late`` | ``ramp`` on the denoising time τ of each
             block (:meth:`GlobalSketchScheme.schedule_weight`).
         late_fraction: for ``late``: η_t > 0 once τ ≤ ``late_fraction`` (the last fraction of the
@@ -288,12 +287,12 @@ class GlobalSketchParams(StrictModel):
         p_value: p-value method under ``null="key-randomised"`` (``exact``: characteristic function + FFT).
         min_tokens: shortest text the detector accepts, in tokens of text (its length, not the number
             of distinct tokens the statistic scores, ``n_scored``).
-        tail_epsilon: ε of the embedding step's tail linearisation (``presence``; issue 15): tokens
+        tail_epsilon: ε of the embedding step's tail linearisation (``presence``): tokens
             whose probability is below ε at every masked row use log(1 − p) ≈ −p in the expected
             sketch and 1/(1 − p) ≈ 1 in the tilt, so a moves by at most a relative ε/(1 − ε)
             (:mod:`sketchwm.marginal_sums`); the tokens above ε somewhere are computed exactly.
-            0 is the exact dense computation. Measured effect on the default model: README,
-            "Speed".
+            0 is the exact dense computation. Measured effect on the default model:
+            ``benchmarks/tilt_error.py`` (docs/sampler-approximations.md).
         order: the unmasking order as a second channel (:meth:`GlobalSketchScheme.order_priority`).
             ``auto`` (default): under greedy decoding (T = 0), where the tilt cannot act, steer the
             order and leave the marginals untilted (the text is the model's own greedy text, written

@@ -36,6 +36,7 @@ from ..keys import WatermarkKey
 from .config import BenchConfig, check_unique_labels
 from .metric import CellData, Metric, decisions
 from .results import done_cells, git_commit, remove_stale_parts, write_part
+from .seeds import derive_seed
 from .theory import THEORY_KINDS, theory_cell
 
 __all__ = ["Unit", "Cell", "plan", "RunContext", "run_unit", "run_bench", "bench_registry", "attack_family", "ALPHAS"]
@@ -55,26 +56,29 @@ def attack_family(attack: str) -> str:
     return _FAMILIES.get(head, head)
 
 
-def _seed(*parts: Any) -> int:
-    """A 60-bit seed from a sha256 of the parts (so every generator is independent of run order)."""
-    return int(hashlib.sha256("/".join(map(str, parts)).encode()).hexdigest()[:15], 16)
+_seed = derive_seed  # the runner's short name
 
 
 def bench_registry(registry: Any = None) -> Any:
-    """``registry`` (default: the installed plugins) with the built-in metrics guaranteed present.
+    """``registry`` (default: the installed plugins), checked to hold benchmark metrics.
 
-    The built-in metrics are an entry point (``builtin-metrics``) like every plugin; an installation
-    whose metadata predates that entry point still gets them here.
+    The built-in metrics register like every plugin, through the entry point ``builtin-metrics``
+    (:mod:`sketchwm.bench.builtin_metrics`); the runner does not import them itself.
+
+    Raises:
+        RegistryError: no metric is registered (sketchwm's entry points are not installed: run
+            ``pip install -e .`` in the checkout).
     """
-    from ..registry import Registry, get_plugin_manager
-    from . import builtin_metrics
+    if registry is None:
+        from ..registry import get_registry
 
-    if registry is not None and registry.names("metric"):
-        return registry
-    pm = registry.pm if registry is not None else get_plugin_manager()
-    if not pm.is_registered(builtin_metrics):
-        pm.register(builtin_metrics, name="builtin-metrics")
-    return Registry(pm)
+        registry = get_registry()
+    if not registry.names("metric"):
+        from ..errors import RegistryError
+
+        raise RegistryError("no benchmark metrics are registered (the entry point 'builtin-metrics' is missing): "
+                            "reinstall sketchwm with `pip install -e .`")
+    return registry
 
 
 @dataclass(frozen=True)
@@ -239,7 +243,7 @@ class RunContext:
         def build() -> Any:
             spec = self.cfg.backends[i]
             if spec.name == "tiny":
-                from ..testing import tiny_backend
+                from ..testing.tiny import tiny_backend
 
                 return tiny_backend(seed=int(spec.params.get("seed", 0)))
             return self.registry.create("backend", spec.name, spec.params)

@@ -318,7 +318,7 @@ def soundness_pvalues(ctx: Any, unit: Any, spec: Any) -> np.ndarray:
     from ..api import Watermarker
     from ..detection import pad_ids
     from ..data import load_prompts
-    from .runner import _seed
+    from .seeds import derive_seed as _seed
 
     be = ctx.backend(unit.backend)
     doms = []
@@ -395,7 +395,7 @@ def theory_cell(ctx: Any, cell: Any) -> tuple[dict[str, Any], str]:
     ``theory-kl``, ``theory-fisher`` and ``theory-edit`` share one recorded generation per unit
     (cached on ``ctx``; the edits start from its watermarked texts).
     """
-    from .runner import _seed
+    from .seeds import derive_seed as _seed
 
     unit, spec = cell.unit, ctx.cfg.theory
     path = None

@@ -129,7 +129,7 @@ def load_prompts(source: str = "prompts", n: int | None = None, offset: int = 0,
     if source == "tiny":
         if n is None:
             raise InputError("prompt source 'tiny' makes prompts: give their number n")
-        from ..testing import tiny_texts
+        from ..testing.tiny import tiny_texts
 
         pool = tiny_texts(offset + n, 6, seed, punct=False)
     elif source in NAMES + HELDOUT_NAMES:

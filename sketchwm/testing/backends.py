@@ -25,8 +25,7 @@ The checks (class attributes tune sizes):
 * (c) ``test_eos_length_and_detection``: the length distribution of a model that stops after about
   k tokens is kept under the watermark (mean length within 5% of the unwatermarked one over >= 200
   samples, for two keys) and the cut texts are detected (mean z >= ``eos_min_z``); it needs the
-  expected sketch that weights positions by their probability of being inside the text (issue 13
-  defect 1);
+  expected sketch that weights positions by their probability of being inside the text;
 * (d) ``test_determinism_by_seed``: same seed, same texts; another seed, other texts;
 * (e) ``test_chat_template``: string prompts go through the tokenizer's chat template exactly when
   the checkpoint is an instruct one (``chat_template="auto"``) and never with ``"off"``.

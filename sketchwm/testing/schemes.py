@@ -95,7 +95,7 @@ class SchemeUnderTest:
 
     def __post_init__(self) -> None:
         if self.backend is None:
-            from . import tiny_backend
+            from .tiny import tiny_backend
 
             self.backend = tiny_backend(seed=0)
         if self.registry is None:

@@ -27,7 +27,7 @@ def default_model_dir() -> Path:
     """
     shipped = Path(__file__).resolve().parents[3] / "sketchwm" / "default_model" / "weights"
     try:
-        from sketchwm.default_model import MODEL_DIR  # shipped weights (issue 3)
+        from sketchwm.default_model import MODEL_DIR  # the shipped weights
 
         shipped = Path(MODEL_DIR)
     except ImportError:
