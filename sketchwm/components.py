@@ -1230,7 +1230,7 @@ class WatermarkScheme(Component):
         is ``"keyed"`` (distortion-free schemes).
 
     Which positions are committed is the sampler's remasking rule
-    (:class:`sketchwm.engine.RemaskingRule`), unless the scheme declares that it steers the order
+    (:class:`sketchwm.remasking.RemaskingRule`), unless the scheme declares that it steers the order
     (:meth:`steers_order`): then every eligible position of the block is a target and the engine
     commits the k of highest :meth:`order_priority` (order as a watermark channel; it works under
     greedy decoding, where a tilt cannot act). Otherwise random remasking can pick the targets
@@ -1322,7 +1322,7 @@ class WatermarkScheme(Component):
             step: the step's state (the same object :meth:`process_logits` saw).
             x0: (B, K) int64, the tokens drawn at the targets (the argmax at T = 0).
             confidence: (B, K) float32, the remasking rule's own score of each target
-                (:meth:`sketchwm.engine.RemaskingRule.confidence`; zeros for ``random``), which a
+                (:meth:`sketchwm.remasking.RemaskingRule.confidence`; zeros for ``random``), which a
                 scheme may keep as a tie-break or a base order.
 
         Raises:

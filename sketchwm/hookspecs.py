@@ -52,7 +52,7 @@ def sketchwm_register_schemes() -> list[type]:
 # ---------------------------------------------------------------- sampling
 @hookspec
 def sketchwm_register_remasking_rules() -> list[type]:
-    """Return :class:`sketchwm.engine.RemaskingRule` subclasses: which masked positions the sampler
+    """Return :class:`sketchwm.remasking.RemaskingRule` subclasses: which masked positions the sampler
     commits at each step (LLaDA's ``low_confidence`` and ``random``, Dream's ``entropy``, ...).
 
     The sampler setting ``remasking`` names one of them. Results of all plugins are concatenated;

@@ -17,7 +17,7 @@ import pluggy
 from .components import Attack, Component, DLMBackend, ScoreFunction, Sketch, WatermarkScheme
 from .bench.metric import Metric
 from .context import BuildContext
-from .engine import RemaskingRule
+from .remasking import RemaskingRule
 from .errors import RegistryError
 from .plugin_manager import ENTRY_POINT_GROUP, broken_plugins, get_plugin_manager
 

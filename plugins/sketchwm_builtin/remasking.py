@@ -3,7 +3,7 @@ hook ``sketchwm_register_remasking_rules`` exactly as a third-party rule is.
 
 Sources: LLaDA's ``generate.py`` (Nie et al. 2025, "Large Language Diffusion Models": remasking
 ``random`` and ``low_confidence``) and Dream's sampler (Ye et al. 2025: ``entropy``). The base class
-and the sampler that calls them: :class:`sketchwm.engine.RemaskingRule`.
+and the sampler that calls them: :class:`sketchwm.remasking.RemaskingRule`.
 """
 
 from __future__ import annotations
