@@ -1,0 +1,98 @@
+"""The backend contract: a masked diffusion LM as the engine sees it."""
+
+from __future__ import annotations
+
+import hashlib
+from abc import abstractmethod
+from typing import Any, Sequence
+
+import torch
+
+from .component import Component
+
+__all__ = ["DLMBackend", "tokenizer_fingerprint"]
+
+
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """16-hex SHA-256 of a tokenizer's vocabulary (token → id), used to refuse a wrong tokenizer."""
+    vocab = tokenizer.get_vocab()
+    blob = "\n".join(f"{t}\t{i}" for t, i in sorted(vocab.items(), key=lambda kv: kv[1]))
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+class DLMBackend(Component):
+    """A masked diffusion language model as the engine sees it.
+
+    Subclasses set the attributes below in ``__init__`` and implement :meth:`logits`.
+
+    Attributes:
+        model_id: a stable identifier of the checkpoint (recorded in calibration files).
+        tokenizer: a Hugging Face tokenizer (``encode``/``decode``/``get_vocab``).
+        mask_token_id: id of [MASK].
+        vocab_size: V, the logit dimension.
+        eos_token_id: id ending a text, or None.
+        banned_token_ids: ids never sampled (special tokens), list[int].
+        max_length: longest supported input (prompt + generation), tokens.
+        device: torch.device of the model.
+        sampler_defaults: dict of :class:`sketchwm.engine.SamplerConfig` fields this model works best with.
+    """
+
+    kind = "backend"
+    model_id: str
+    tokenizer: Any
+    mask_token_id: int
+    vocab_size: int
+    eos_token_id: int | None = None
+    banned_token_ids: list[int]
+    max_length: int = 4096
+    device: torch.device
+    sampler_defaults: dict[str, Any] = {}
+
+    @abstractmethod
+    def logits(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Denoiser logits aligned with the input: (B, L) int64 → (B, L, V) float32.
+
+        Position i of the output is the model's marginal (as logits) for token i. Backends whose
+        model predicts the next position (Dream) shift internally.
+
+        Args:
+            input_ids: (B, L) int64.
+            attention_mask: (B, L) bool/int, 1 on real tokens, or None.
+            positions: (B, L) bool, the positions whose logits are needed, or None for all. A backend
+                may compute only those (the LM head dominates the cost of small models) and leave
+                finite placeholder values elsewhere.
+        """
+
+    def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, index: torch.Tensor) -> torch.Tensor:
+        """Logits at selected positions only: index (B, K) int64 into [0, L) → (B, K, V) float32.
+
+        Default: gathers from :meth:`logits`; backends override it to skip the LM head elsewhere.
+        """
+        full = self.logits(input_ids, attention_mask)  # (B, L, V)
+        return torch.gather(full, 1, index[..., None].expand(-1, -1, full.shape[-1]))
+
+    def postprocess_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """The backend's fixed edits of the model's aligned logits (B, L, V) float32 → same, applied
+        by :meth:`logits` and by the user-loop adapters of :mod:`sketchwm.userloop` (e.g. LLaDA merges
+        its end-of-turn logit into EOS). Default: unchanged."""
+        return logits
+
+    # ---------------------------------------------------------------- text helpers
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Tokenise texts without special tokens → list of id lists."""
+        return [list(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+
+    def encode_prompts(self, texts: Sequence[str]) -> list[list[int]]:
+        """Tokenise prompt strings for generation (instruct backends apply the chat template). Default: :meth:`encode`."""
+        return self.encode(texts)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Detokenise ids, skipping special tokens."""
+        return self.tokenizer.decode(list(ids), skip_special_tokens=True, clean_up_tokenization_spaces=True)
+
+    @property
+    def tokenizer_fingerprint(self) -> str:
+        """See :func:`tokenizer_fingerprint`."""
+        return tokenizer_fingerprint(self.tokenizer)

@@ -1,0 +1,37 @@
+"""Contracts that fit on a screen: no module under ``sketchwm/`` over 700 lines, no class over 250.
+
+A class's size is from its ``class`` line to its last line (docstring and methods included); a
+module's is its line count. The test prints the largest of each, so the margin is visible.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MAX_MODULE_LINES = 700
+MAX_CLASS_LINES = 250
+
+
+def sizes() -> tuple[dict[str, int], dict[str, int]]:
+    """({module path: lines}, {"path:Class": lines}) of every ``.py`` file under ``sketchwm/``."""
+    modules, classes = {}, {}
+    for path in sorted((ROOT / "sketchwm").rglob("*.py")):
+        text = path.read_text(encoding="utf-8")
+        rel = str(path.relative_to(ROOT))
+        modules[rel] = len(text.splitlines())
+        for node in ast.walk(ast.parse(text, rel)):
+            if isinstance(node, ast.ClassDef):
+                classes[f"{rel}:{node.name}"] = node.end_lineno - node.lineno + 1
+    return modules, classes
+
+
+def test_modules_and_classes_fit_on_a_screen():
+    modules, classes = sizes()
+    for label, table in (("modules", modules), ("classes", classes)):
+        print(f"largest {label}:", ", ".join(f"{k} {v}" for k, v in sorted(table.items(), key=lambda kv: -kv[1])[:3]))
+    big_modules = {k: v for k, v in modules.items() if v > MAX_MODULE_LINES}
+    big_classes = {k: v for k, v in classes.items() if v > MAX_CLASS_LINES}
+    assert not big_modules, f"modules over {MAX_MODULE_LINES} lines: {big_modules}"
+    assert not big_classes, f"classes over {MAX_CLASS_LINES} lines: {big_classes}"
