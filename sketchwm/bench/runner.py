@@ -14,8 +14,6 @@ each unit as a Ray task (its own context) and writes parts as tasks finish.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import sys
 import time
@@ -27,183 +25,18 @@ import numpy as np
 import torch
 
 from .. import __version__
-from ..config import config_hash
 from ..data import load_prompts
 from ..detection import pad_ids
 from ..quality import cross_sample_distinct
 from ..errors import ConfigError
 from ..keys import WatermarkKey
-from .config import BenchConfig, check_unique_labels
+from .config import BenchConfig
 from .metric import CellData, Metric, decisions
+from .plan import ALPHAS, Cell, Unit, _seed, attack_family, bench_registry, derive_key, metric_names, plan  # noqa: F401 - re-exported
 from .results import done_cells, git_commit, remove_stale_parts, write_part
-from .seeds import derive_seed
 from .theory import THEORY_KINDS, theory_cell
 
 __all__ = ["Unit", "Cell", "plan", "RunContext", "run_unit", "run_bench", "bench_registry", "attack_family", "ALPHAS"]
-
-#: false-positive rates at which per-text analytic thresholds are computed
-ALPHAS = (0.01, 0.001)
-_FAMILIES = {"substitute": "substitution", "insert": "insertion", "delete": "deletion", "reorder": "reordering",
-             "flood": "flooding", "repeat": "flooding", "paraphrase": "paraphrase", "steal": "stealing",
-             "stolen": "stealing"}
-
-
-def attack_family(attack: str) -> str:
-    """The attack family of an attack name ("substitute-synonym" → "substitution"; "none" → "none")."""
-    if attack == "none":
-        return "none"
-    head = attack.split("-", 1)[0]
-    return _FAMILIES.get(head, head)
-
-
-_seed = derive_seed  # the runner's short name
-
-
-def bench_registry(registry: Any = None) -> Any:
-    """``registry`` (default: the installed plugins), checked to hold benchmark metrics.
-
-    The built-in metrics register like every plugin, through the entry point ``builtin-metrics``
-    (:mod:`sketchwm.bench.builtin_metrics`); the runner does not import them itself.
-
-    Raises:
-        RegistryError: no metric is registered (sketchwm's entry points are not installed: run
-            ``pip install -e .`` in the checkout).
-    """
-    if registry is None:
-        from ..registry import get_registry
-
-        registry = get_registry()
-    if not registry.names("metric"):
-        from ..errors import RegistryError
-
-        raise RegistryError("no benchmark metrics are registered (the entry point 'builtin-metrics' is missing): "
-                            "reinstall sketchwm with `pip install -e .`")
-    return registry
-
-
-@dataclass(frozen=True)
-class Unit:
-    """Cells sharing a backend, a keyed scheme, null texts and watermarked texts (indices into the config)."""
-
-    scheme: str
-    scheme_name: str
-    scheme_params: str  # JSON
-    backend: int
-    key: int
-    length: int
-    prompt_set: int
-    regime: int = 0
-    curve: str = ""  # the entry's label: the variants of one strength sweep share it
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One thing done to a unit's texts; ``hash`` is the content hash of everything that defines its rows."""
-
-    unit: Unit
-    kind: str
-    attack: str
-    strength: float
-    attack_params: str  # JSON
-    n: int
-    train_n: int
-    hash: str
-
-
-def derive_key(cfg: BenchConfig, index: int) -> WatermarkKey:
-    """Key ``index`` of the run: HMAC-SHA256(key_seed, "sketchwm/bench/key/<index>") (never written out)."""
-    return WatermarkKey(hmac.new(cfg.key_seed.encode(), f"sketchwm/bench/key/{index}".encode(), hashlib.sha256).digest())
-
-
-def metric_names(cfg: BenchConfig, registry: Any) -> list[str]:
-    """Metrics the run computes (config order, or every registered one); raises RegistryError on unknown names."""
-    names = cfg.metrics if cfg.metrics is not None else registry.names("metric")
-    for n in names:
-        registry.get("metric", n)
-    return list(names)
-
-
-def plan(cfg: BenchConfig, registry: Any) -> list[tuple[Unit, list[Cell]]]:
-    """Every unit of the grid with its cells (order: schemes, backends, lengths, prompt sets, keys).
-
-    Raises:
-        RegistryError: unknown scheme, backend (other than ``tiny``), attack or metric.
-        ConfigError: invalid scheme or attack params.
-    """
-    metrics = metric_names(cfg, registry)
-    for b in cfg.backends:
-        if b.name != "tiny":
-            registry.get("backend", b.name).parse_params(b.params)
-    for a in cfg.attacks:
-        registry.get("attack", a.name).parse_params(a.params)
-    fps = [derive_key(cfg, k).fingerprint for k in range(cfg.keys)]
-    # a cell's hash covers the metrics that may apply to it: adding theory metrics (which apply to
-    # theory cells only) leaves the hashes, hence the finished parts, of every other cell valid
-    theory_only = {n for n in metrics if set(registry.get("metric", n).kinds) <= set(THEORY_KINDS)}
-    common = {"sampler": cfg.sampler, **({"diversity": cfg.diversity.model_dump()} if cfg.diversity else {}), "n_null_cal": cfg.n_null_cal, "n_null_fpr": cfg.n_null_fpr, "seed": cfg.seed,
-              "metrics": [n for n in metrics if n not in theory_only], "oracle": cfg.oracle, "similarity": cfg.similarity, "tokens_step": cfg.tokens_step,
-              "batch_size": cfg.batch_size}
-    out = []
-    regimes = cfg.regime_list
-    labels = []
-    for si, s in enumerate(cfg.schemes):
-        cls = registry.get("scheme", s.name)
-        labels.append((si, s, [lab for lab, _ in s.variants(cls.strength, cfg.sweep)]))
-    check_unique_labels(labels)
-    for s in cfg.schemes:
-        cls = registry.get("scheme", s.name)
-        strength = cls.strength
-        default = strength.value_of(cls.parse_params(s.params))
-        for ri, regime in enumerate(regimes):
-            variants = s.variants(strength, cfg.sweep) if regime.sweep else s.variants()
-            for label, params in variants:
-                at_default = strength.value_of(cls.parse_params(params)) == default
-                for bi, b in enumerate(cfg.backends):
-                    for length in cfg.lengths:
-                        for pi, ps in enumerate(cfg.prompt_sets):
-                            for k in range(cfg.keys):
-                                unit = Unit(label, s.name, json.dumps(params, sort_keys=True), bi, k, length, pi, ri,
-                                            s.label or s.name)
-                                ident = {**common, "scheme": s.name, "params": params, "backend": b.model_dump(mode="json"),
-                                         "key": fps[k], "length": length, "prompts": ps.model_dump(mode="json")}
-                                if cfg.regimes:  # the default regime keeps the hashes of configs without regimes
-                                    ident["regime"] = regime.model_dump(mode="json")
-                                cells = []
-
-                                def add(kind: str, attack: str, strength: float, aparams: dict, n: int, train_n: int = 0,
-                                        extra: dict | None = None) -> None:
-                                    h = config_hash({**ident, "kind": kind, "attack": attack, "strength": strength,
-                                                     "attack_params": aparams, "n": n, "train_n": train_n, **(extra or {})})
-                                    cells.append(Cell(unit, kind, attack, float(strength), json.dumps(aparams, sort_keys=True),
-                                                      n, train_n, h))
-
-                                add("clean", "none", 0.0, {}, ps.n)
-                                for a in cfg.attacks:
-                                    for st in a.strengths:
-                                        add("attack", a.name, st, a.params, min(ps.n, a.n or ps.n))
-                                if cfg.stealing is not None:
-                                    sp = cfg.stealing.model_dump(mode="json")
-                                    for tn in cfg.stealing.train_n:
-                                        add("spoof", "steal-spoof", cfg.stealing.delta, {"delta": cfg.stealing.delta},
-                                            min(ps.n, cfg.stealing.spoof_n), tn, {"stealing": sp})
-                                        for st in cfg.stealing.scrub_strengths:
-                                            add("scrub", "steal-scrub", st, {}, min(ps.n, cfg.stealing.scrub_n or ps.n), tn,
-                                                {"stealing": sp})
-                                th = cfg.theory
-                                # theory checks: first regime, key 0, the scheme's default strength only
-                                if (th is not None and k == 0 and ri == 0 and at_default
-                                        and (th.schemes is None or label in th.schemes or s.name in th.schemes)):
-                                    tx = {"theory": th.model_dump(mode="json"),
-                                          "theory_metrics": [n for n in metrics if n in theory_only]}
-                                    add("theory-kl", "none", 0.0, {}, th.n_texts, 0, tx)
-                                    for sc in th.fisher_scales:
-                                        add("theory-fisher", "none", sc, {}, th.n_texts, 0, tx)
-                                    if th.n_keys:
-                                        add("theory-sound", "none", 0.0, {}, th.n_human, 0, tx)
-                                    for ke in th.edit_counts:
-                                        add("theory-edit", "none", float(ke), {}, min(th.n_texts, th.n_edit), 0, tx)
-                                out.append((unit, cells))
-    return out
 
 
 @dataclass
@@ -216,6 +49,33 @@ class Scored:
     ids: list[list[int]]
     analytic: dict[float, np.ndarray]
     seconds: float
+
+
+def prefix_tokens_to_detect(scheme: Any, ids: list[list[int]], step: int, alpha: float = 0.01) -> np.ndarray:
+    """Tokens-to-detect of each text: the first prefix length (multiples of ``step`` from the scheme's
+    ``min_tokens`` on, then the full text) whose p-value is ≤ α; inf if none. All prefixes of all texts
+    are scored in one batch.
+
+    Args:
+        scheme: a built :class:`sketchwm.components.WatermarkScheme`.
+        ids: n token-id lists. step: grid step in tokens (> 0). alpha: the p-value level.
+
+    Returns:
+        (n,) float64 prefix lengths in tokens (inf: never detected).
+    """
+    L = max(len(i) for i in ids)
+    ks = sorted(set(range(step, L + 1, step)) | {L})
+    ks = [k for k in ks if k >= max(1, int(getattr(scheme, "min_tokens", 1)))]
+    if not ks:
+        return np.full(len(ids), np.inf)
+    prefixes = [x[:k] for x in ids for k in ks]  # (n·K) prefixes, scored in one batch
+    x, valid = pad_ids(prefixes)
+    p = scheme.score_ids(x.to(scheme.device), valid.to(scheme.device)).p_value.double().cpu().numpy()
+    p = np.nan_to_num(p, nan=1.0).reshape(len(ids), len(ks))  # (n, K)
+    hit = p <= alpha
+    kk = np.array(ks, dtype=np.float64)
+    lens = np.array([len(i) for i in ids], dtype=np.float64)
+    return np.where(hit.any(1), np.minimum(kk[hit.argmax(1)], lens), np.inf)
 
 
 class RunContext:
@@ -396,25 +256,9 @@ class RunContext:
         return self._get(("analytic", unit, alpha, n_tokens), build)
 
     def tokens_to_detect(self, unit: Unit, ids: list[list[int]], alpha: float = 0.01) -> np.ndarray | None:
-        """(n,) first prefix length (multiples of ``tokens_step``, then the full text) with p ≤ α; inf if never."""
+        """:func:`prefix_tokens_to_detect` under the unit's scheme on the config's grid (None: step 0)."""
         step = self.cfg.tokens_step
-        if step <= 0:
-            return None
-        scheme = self.scheme(unit)
-        L = max(len(i) for i in ids)
-        ks = sorted(set(range(step, L + 1, step)) | {L})
-        ks = [k for k in ks if k >= max(1, int(getattr(scheme, "min_tokens", 1)))]
-        if not ks:
-            return np.full(len(ids), np.inf)
-        prefixes = [x[:k] for x in ids for k in ks]  # (n·K) prefixes, scored in one batch
-        x, valid = pad_ids(prefixes)
-        p = scheme.score_ids(x.to(scheme.device), valid.to(scheme.device)).p_value.double().cpu().numpy()
-        p = np.nan_to_num(p, nan=1.0).reshape(len(ids), len(ks))
-        hit = p <= alpha
-        kk = np.array(ks, dtype=np.float64)
-        lens = np.array([len(i) for i in ids], dtype=np.float64)
-        first = np.where(hit.any(1), np.minimum(kk[hit.argmax(1)], lens), np.inf)
-        return first
+        return None if step <= 0 else prefix_tokens_to_detect(self.scheme(unit), ids, step, alpha)
 
     def oracle(self) -> Any:
         """The SmolLM2-135M oracle (loaded once)."""
