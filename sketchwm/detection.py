@@ -16,19 +16,21 @@ lives in :mod:`sketchwm.stats`).
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 from pydantic import Field
 
 from . import __version__
+from .batching import TextEncoder, flatten_ids, length_groups, pad_flat, pad_ids, prefetch
 from .components import WatermarkScheme, ids_summary, tokenizer_fingerprint
 from .config import StrictModel, config_hash
 from .errors import CalibrationError, InputError, TokenizerMismatchError
@@ -39,19 +41,6 @@ __all__ = ["DetectionResult", "Detector", "scheme_analytic_threshold", "Calibrat
 
 DEFAULT_BIN_EDGES = (16, 32, 64, 96, 128, 192, 256, 384, 512, 1024, 1 << 30)
 CALIBRATION_VERSION = 1
-
-
-def pad_ids(id_lists: Sequence[Sequence[int]], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad id lists → ids (B, N) int64 and valid (B, N) bool (one flat copy, no per-text tensors)."""
-    import itertools
-
-    lengths = torch.tensor([len(x) for x in id_lists], dtype=torch.long)
-    n = int(lengths.max()) if len(id_lists) else 0
-    valid = torch.arange(max(n, 1))[None, :] < lengths[:, None]  # (B, N)
-    ids = torch.full(valid.shape, pad, dtype=torch.long)
-    flat = torch.tensor(list(itertools.chain.from_iterable(id_lists)), dtype=torch.long)
-    ids[valid] = flat  # row-major order of valid matches the concatenation
-    return ids, valid
 
 
 @dataclass
@@ -164,6 +153,37 @@ class DetectionResult:
                 rec["provenance"] = self.provenance
             out.append(rec)
         return out
+
+    @classmethod
+    def concat(cls, parts: "Sequence[DetectionResult]") -> "DetectionResult":
+        """The results of consecutive batches as one: (B_1 + ... + B_k,) fields, in order.
+
+        The run-level fields (scheme, key, α, threshold source, provenance) are those of the first
+        part; ``p_value_method`` the first non-empty one; ``errors`` is kept when any part has it.
+
+        Raises:
+            ValueError: no parts.
+        """
+        if not parts:
+            raise ValueError("no detection results to concatenate")
+        if len(parts) == 1:
+            return parts[0]
+        first = parts[0]
+
+        def cat(name: str) -> torch.Tensor | None:
+            vals = [getattr(p, name) for p in parts]
+            return None if any(v is None for v in vals) else torch.cat(vals)
+
+        errors = None
+        if any(p.errors is not None for p in parts):
+            errors = [e for p in parts for e in (p.errors if p.errors is not None else [None] * len(p))]
+        return cls(
+            score=cat("score"), z=cat("z"), p_value=cat("p_value"), threshold=cat("threshold"),
+            is_watermarked=cat("is_watermarked"), n_tokens=cat("n_tokens"), threshold_source=first.threshold_source,
+            alpha=first.alpha, key_fingerprint=first.key_fingerprint, scheme=first.scheme,
+            p_value_method=next((p.p_value_method for p in parts if p.p_value_method), ""), errors=errors,
+            tau_analytic=cat("tau_analytic"), tau_calibrated=cat("tau_calibrated"), provenance=first.provenance,
+        )
 
 
 class LengthBin(StrictModel):
@@ -320,8 +340,18 @@ class Detector:
             calibration.check_matches(key_fingerprint, scheme, self.tokenizer_fp)
         self.calibration = calibration
 
+    @property
+    def encoder(self) -> TextEncoder:
+        """The :class:`sketchwm.batching.TextEncoder` of this detector's tokenizer (built on first use)."""
+        enc = self.__dict__.get("_encoder")
+        if enc is None:
+            enc = self._encoder = TextEncoder(self.tokenizer)
+        return enc
+
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        """Texts → id lists (no special tokens); a fast Hugging Face tokenizer encodes the batch in one call.
+        """Texts → id lists (no special tokens); a fast Hugging Face tokenizer encodes the batch in one
+        parallel Rust call, a text longer than 131,072 characters window by window in bounded memory
+        (:class:`sketchwm.batching.TextEncoder`).
 
         Raises:
             InputError: an empty text (names its index).
@@ -333,9 +363,25 @@ class Detector:
                 raise InputError(f"text {i} is empty")
         if not texts:
             return []
-        if getattr(self.tokenizer, "is_fast", False) and callable(self.tokenizer):  # one batched (Rust) call
-            return [list(x) for x in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
-        return [list(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+        return self.encoder.encode(texts)
+
+    def _tokenize_items(self, texts: Sequence[Any], index_offset: int,
+                        errors: "Sequence[str | None] | None" = None) -> tuple[list[list[int]], list[str | None]]:
+        """Id lists and per-text errors of a batch: a text that is not a non-empty string (or already
+        has an error in ``errors``) gets ``[]`` and its reason; the rest are encoded in one call."""
+        errs: list[str | None] = list(errors) if errors is not None else [None] * len(texts)
+        good = []
+        for i, t in enumerate(texts):
+            if errs[i] is None and not (isinstance(t, str) and t.strip()):
+                errs[i] = f"text {i + index_offset} is empty"
+            if errs[i] is None:
+                good.append(i)
+        if len(good) == len(texts):
+            return self.encoder.encode(texts), errs
+        lists: list[list[int]] = [[] for _ in texts]
+        for i, ids in zip(good, self.encoder.encode([texts[i] for i in good]) if good else []):
+            lists[i] = ids
+        return lists, errs
 
     def decide(
         self, score: torch.Tensor, p_value: torch.Tensor, n_tokens: torch.Tensor,
@@ -389,27 +435,72 @@ class Detector:
         return torch.from_numpy(np.array(per_len, dtype=np.float64)[inverse.reshape(-1)])
 
     def detect(self, texts: Sequence[str], *, per_item: bool = False, progress: bool = False,
-               index_offset: int = 0) -> DetectionResult:
-        """Detect in texts (see :meth:`detect_ids`).
+               index_offset: int = 0, batch: int = 2048) -> DetectionResult:
+        """Detect in texts (see :meth:`detect_ids`), tokenising the next ``batch`` texts in a background
+        thread while the current ones are scored (:meth:`detect_stream`).
 
         Args:
             per_item: False raises on the first text that cannot be scored; True scores the others and
                 records the reason in ``DetectionResult.errors`` (batch use: one result per text).
-            progress: a tqdm bar per text (on stderr).
+            progress: a tqdm bar counting texts (on stderr).
             index_offset: added to the text indices named in error messages (a chunk of a stream).
+            batch: texts per tokenisation call.
+
+        Raises:
+            InputError: a single string instead of a list; without ``per_item``, a text that cannot be
+                scored.
         """
         if isinstance(texts, str):
             raise InputError("detect expects a list of texts, got a single string")
+        if len(texts) == 0:
+            raise InputError("no texts to detect")
         if not per_item:
-            return self.detect_ids(self.tokenize(texts), progress=progress)
-        errors: list[str | None] = [None] * len(texts)
-        good = [i for i, t in enumerate(texts) if isinstance(t, str) and t.strip()]
-        for i in set(range(len(texts))) - set(good):
-            errors[i] = f"text {i + index_offset} is empty"
-        lists: list[list[int]] = [[] for _ in texts]
-        for i, ids in zip(good, self.tokenize([texts[i] for i in good]) if good else []):  # one batched call
-            lists[i] = ids
-        return self.detect_ids(lists, per_item=True, progress=progress, index_offset=index_offset, _errors=errors)
+            for i, t in enumerate(texts):
+                if not isinstance(t, str) or not t.strip():
+                    raise InputError(f"text {i + index_offset} is empty")
+        parts = [texts[i : i + batch] for i in range(0, len(texts), batch)]
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(texts), desc="detecting", unit="text")
+        try:
+            out = []
+            for res in self.detect_stream(parts, per_item=per_item, index_offset=index_offset):
+                out.append(res)
+                if bar is not None:
+                    bar.update(len(res))
+        finally:
+            if bar is not None:
+                bar.close()
+        return DetectionResult.concat(out)
+
+    def detect_stream(self, batches: "Iterable[Sequence[Any]]", *, per_item: bool = True, index_offset: int = 0,
+                      errors: "Iterable[Sequence[str | None] | None] | None" = None) -> Iterator[DetectionResult]:
+        """Detect batch after batch of texts, tokenising batch k+1 in a background thread while batch k
+        is scored (the fast tokenizer releases the GIL), one :class:`DetectionResult` per batch.
+
+        Args:
+            batches: an iterable of text lists (read lazily, one ahead of tokenisation).
+            per_item: as for :meth:`detect`; an item that is not a non-empty string is an error.
+            index_offset: index of the first text, for error messages (counted on across batches).
+            errors: per batch, reasons known before tokenisation (e.g. a record without a text), or
+                None; such texts are not tokenised and are reported with that reason.
+
+        Raises:
+            InputError: without ``per_item``, the first text that cannot be scored.
+        """
+        errs_iter = iter(errors) if errors is not None else itertools.repeat(None)
+
+        def tokenized() -> Iterator[tuple[int, list[list[int]], list[str | None]]]:
+            off = index_offset
+            for texts, errs in zip(batches, errs_iter):
+                lists, errs = self._tokenize_items(texts, off, errs)
+                yield off, lists, errs
+                off += len(texts)
+
+        for off, lists, errs in prefetch(tokenized(), depth=2):
+            yield self.detect_ids(lists, per_item=per_item, index_offset=off, _errors=errs)
 
     def check_ids(self, i: int, ids: Sequence[int]) -> str | None:
         """Why text ``i`` (an id list) cannot be scored, or None if it can."""
@@ -423,40 +514,80 @@ class Detector:
             return f"text {i} has token id {hi if hi >= V else lo} outside the vocabulary [0, {V})"
         return None
 
-    def detect_ids(
-        self, id_lists: "Sequence[Sequence[int]] | torch.Tensor", *, per_item: bool = False, progress: bool = False,
-        chunk: int = 256, index_offset: int = 0, _errors: list[str | None] | None = None,
-    ) -> DetectionResult:
-        """Detect in token-id lists, scored in chunks of ``chunk`` texts (each one vectorised call).
+    def check_flat(self, flat: np.ndarray, lengths: np.ndarray, index_offset: int = 0) -> list[str | None] | None:
+        """:meth:`check_ids` of every text of a flat concatenation, vectorised: None when all can be
+        scored, else one reason (or None) per text.
 
         Args:
+            flat: (T,) int64 ids; lengths: (B,) int64 (see :func:`sketchwm.batching.flatten_ids`).
+        """
+        V, m = self.scheme.vocab_size, self.scheme.min_tokens
+        B = len(lengths)
+        lo = np.zeros(B, np.int64)
+        hi = np.zeros(B, np.int64)
+        nonempty = np.flatnonzero(lengths > 0)
+        if len(nonempty):  # per-text min and max over consecutive segments of flat
+            starts = (np.cumsum(lengths) - lengths)[nonempty]
+            lo[nonempty] = np.minimum.reduceat(flat, starts)
+            hi[nonempty] = np.maximum.reduceat(flat, starts)
+        bad = (lengths < m) | (lengths == 0) | (lo < 0) | (hi >= V)  # (B,) bool
+        if not bad.any():
+            return None
+        errors: list[str | None] = [None] * B
+        for i in np.flatnonzero(bad).tolist():  # the bad texts only
+            n, j = int(lengths[i]), i + index_offset
+            if n == 0:
+                errors[i] = f"text {j} is empty"
+            elif n < m:
+                errors[i] = f"text {j} has {n} tokens; at least {m} are needed for detection"
+            else:
+                errors[i] = f"text {j} has token id {int(hi[i]) if hi[i] >= V else int(lo[i])} outside the vocabulary [0, {V})"
+        return errors
+
+    def detect_ids(
+        self, id_lists: "Sequence[Sequence[int]] | torch.Tensor", *, per_item: bool = False, progress: bool = False,
+        chunk: int = 1024, index_offset: int = 0, _errors: list[str | None] | None = None,
+    ) -> DetectionResult:
+        """Detect in token-id lists.
+
+        The lists are concatenated into one flat array (one C-level pass, no per-text tensors), checked
+        vectorised, sorted by length and cut into groups of at most ``chunk`` texts and 2^21 padded
+        cells, each padded by index arithmetic and scored in one vectorised call
+        (:mod:`sketchwm.batching`).
+
+        Args:
+            id_lists: B lists (or arrays) of token ids; a (B, N) int64 tensor (every entry a token)
+                goes to :meth:`detect_batch`.
             per_item: see :meth:`detect`; unscored texts get NaN statistics, ``is_watermarked`` False
                 and their reason in ``errors``.
             progress: a tqdm bar counting texts.
-            chunk: texts per vectorised scoring call (bounds memory).
+            chunk: at most this many texts per vectorised scoring call (bounds memory).
             index_offset: added to the text indices named in error messages.
 
-        A (B, N) int64 tensor (every entry a token) goes to :meth:`detect_batch`.
-
         Raises:
-            InputError: no texts; without ``per_item``, an empty or too-short text (fewer than
-                ``scheme.min_tokens`` tokens) or ids outside [0, V).
+            InputError: no texts; ids that are not integers; without ``per_item``, an empty or
+                too-short text (fewer than ``scheme.min_tokens`` tokens) or ids outside [0, V).
         """
         if torch.is_tensor(id_lists):  # a pre-tokenised (B, N) batch, every entry a token
             return self.detect_batch(id_lists)
         B = len(id_lists)
         if B == 0:
             raise InputError("no texts to detect")
-        errors = list(_errors) if _errors is not None else [None] * B
-        for i, ids in enumerate(id_lists):
-            if errors[i] is None:
-                errors[i] = self.check_ids(i + index_offset, ids)
-            if errors[i] is not None and not per_item:
-                raise InputError(errors[i])
-        good = [i for i in range(B) if errors[i] is None]
+        flat, lengths = flatten_ids(id_lists)  # (T,), (B,)
+        found = self.check_flat(flat, lengths, index_offset)
+        errors: list[str | None] = list(_errors) if _errors is not None else [None] * B
+        if found is not None:
+            errors = [e if e is not None else f for e, f in zip(errors, found)]
+        if not per_item:
+            first = next((e for e in errors if e is not None), None)
+            if first is not None:
+                raise InputError(first)
+        ok = np.array([e is None for e in errors], dtype=bool) if (found is not None or _errors is not None) \
+            else np.ones(B, dtype=bool)
+        good = np.flatnonzero(ok)
         score = torch.full((B,), float("nan"), dtype=torch.float64)
         z, p = score.clone(), score.clone()
-        n = torch.tensor([len(x) for x in id_lists], dtype=torch.long)
+        n = torch.from_numpy(lengths.copy())
         method = ""
         bar = None
         if progress:
@@ -464,11 +595,12 @@ class Detector:
 
             bar = tqdm(total=B, desc="detecting", unit="text")
             bar.update(B - len(good))
-        for c0 in range(0, len(good), chunk):
-            sel = good[c0 : c0 + chunk]
-            ids, valid = pad_ids([id_lists[i] for i in sel])
+        offsets = np.cumsum(lengths) - lengths
+        for g in length_groups(lengths[good], max_texts=chunk):
+            sel = good[g]  # (b,) text indices, similar lengths
+            ids, valid = pad_flat(flat, lengths, sel, offsets)  # (b, N) int64, (b, N) bool
             s = self.scheme.score_ids(ids, valid)
-            idx = torch.tensor(sel, dtype=torch.long)
+            idx = torch.from_numpy(sel)
             score[idx], z[idx], p[idx] = s.score.cpu().double(), s.z.cpu().double(), s.p_value.cpu().double()
             n[idx] = s.n_scored.cpu().long()
             method = s.p_value_method
@@ -476,10 +608,10 @@ class Detector:
                 bar.update(len(sel))
         if bar is not None:
             bar.close()
-        lengths = torch.tensor([len(x) for x in id_lists], dtype=torch.long)
-        analytic, calibrated = self.thresholds(lengths)
-        thr, source, decide = self.decide(score, p, lengths, (analytic, calibrated))
-        decide = decide & torch.tensor([e is None for e in errors], dtype=torch.bool)
+        lengths_t = torch.from_numpy(lengths)
+        analytic, calibrated = self.thresholds(lengths_t)
+        thr, source, decide = self.decide(score, p, lengths_t, (analytic, calibrated))
+        decide = decide & torch.from_numpy(ok)
         return DetectionResult(
             score=score, z=z, p_value=p, threshold=thr, is_watermarked=decide,
             n_tokens=n, threshold_source=source, alpha=self.alpha, key_fingerprint=self.key_fingerprint,
