@@ -35,7 +35,8 @@ def flatten_ids(id_lists: "Sequence[Sequence[int]]") -> tuple[np.ndarray, np.nda
     """Concatenate B id lists: flat (T,) int64 and lengths (B,) int64, T = Σ lengths.
 
     Lists (or tuples) of Python ints are read in one C-level pass (``np.fromiter`` over a chained
-    iterator); numpy arrays and tensors are concatenated.
+    iterator); when some texts are numpy arrays or tensors (long texts from :class:`TextEncoder`),
+    all are concatenated.
 
     Raises:
         InputError: an element is not a sequence of integers.
@@ -45,10 +46,9 @@ def flatten_ids(id_lists: "Sequence[Sequence[int]]") -> tuple[np.ndarray, np.nda
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     try:
         lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=B)  # (B,)
-        first = id_lists[0]
-        if isinstance(first, (np.ndarray, torch.Tensor)):
-            parts = [x.cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x) for x in id_lists]
-            flat = np.concatenate(parts).astype(np.int64, copy=False) if parts else np.zeros(0, np.int64)
+        if any(isinstance(x, (np.ndarray, torch.Tensor)) for x in id_lists):  # arrays (long texts): concatenate
+            parts = [x.cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, dtype=np.int64) for x in id_lists]
+            flat = np.concatenate([p.reshape(-1) for p in parts]).astype(np.int64, copy=False)
         else:
             flat = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int64, count=int(lengths.sum()))
     except (TypeError, ValueError, OverflowError) as exc:
@@ -153,11 +153,12 @@ class TextEncoder:
         """True when texts go through the Rust batch encoder."""
         return self._rust is not None
 
-    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+    def encode(self, texts: Sequence[str]) -> "list[list[int] | np.ndarray]":
         """Encode texts without special tokens: one list of ids per text.
 
         Texts up to ``window`` characters go through one parallel Rust batch call; longer ones are
-        encoded in windows (:meth:`encode_long`).
+        encoded in windows (:meth:`encode_long`) and come back as (n,) int64 arrays (8 bytes an id,
+        not a list of Python ints).
         """
         if self._rust is None:
             return [list(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
@@ -183,7 +184,7 @@ class TextEncoder:
             out.append((np.asarray(e.ids, dtype=np.int64), off[:, 0] + s))
         return out
 
-    def encode_long(self, text: str, batch: int = 4) -> list[int]:
+    def encode_long(self, text: str, batch: int = 4) -> np.ndarray:
         """Encode one long text window by window (``batch`` windows per parallel Rust call).
 
         Window k covers [s_k, s_k + window) with s_{k+1} = s_k + window − overlap. At each join the
@@ -192,6 +193,9 @@ class TextEncoder:
         starts): window k contributes its tokens before c, window k+1 those from c on. Any
         disagreement (a tokenizer whose tokens depend on context that far away) falls back to
         encoding the text whole.
+
+        Returns:
+            (n,) int64 ids.
         """
         W, O = self.window, self.overlap
         starts = list(range(0, max(len(text) - O, 1), W - O))
@@ -207,18 +211,18 @@ class TextEncoder:
                 lo, hi = end - O // 2, end - O // 4
                 common = np.intersect1d(cur_starts[cur_starts >= lo], st[st >= lo])
                 if len(common) == 0:
-                    return self._rust.encode(text, add_special_tokens=False).ids
+                    return np.asarray(self._rust.encode(text, add_special_tokens=False).ids, dtype=np.int64)
                 c = int(common[0])
                 if c >= hi:  # no shared token start well inside the overlap
-                    return self._rust.encode(text, add_special_tokens=False).ids
+                    return np.asarray(self._rust.encode(text, add_special_tokens=False).ids, dtype=np.int64)
                 a = (cur_starts >= c) & (cur_starts < hi)
                 b = (st >= c) & (st < hi)
                 if a.sum() != b.sum() or not (np.array_equal(cur_ids[a], ids[b]) and np.array_equal(cur_starts[a], st[b])):
-                    return self._rust.encode(text, add_special_tokens=False).ids
+                    return np.asarray(self._rust.encode(text, add_special_tokens=False).ids, dtype=np.int64)
                 pieces.append(cur_ids[(cur_starts >= cut) & (cur_starts < c)])
                 cur_ids, cur_starts, cut = ids, st, c
         pieces.append(cur_ids[cur_starts >= cut])
-        return np.concatenate(pieces).tolist()
+        return np.concatenate(pieces)
 
 
 class _Raised:

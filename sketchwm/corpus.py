@@ -9,7 +9,7 @@ which are written (replaced when the input has them):
 column                    type        meaning
 ========================  ==========  =========================================================
 ``status``                string      ``ok`` (scored) or ``error`` (see ``error``)
-``error``                 string      why the record was not scored (no text, too short, ...)
+``error``                 string      why the record was not scored ("the record has 3 tokens; ...")
 ``score``                 float64     the scheme's statistic (S_k of the seed paper's eq. 2)
 ``z``                     float64     standardised statistic
 ``p_value``               float64     p-value under the scheme's null
@@ -31,7 +31,9 @@ metadata ``sketchwm.detection``; in JSONL it is an object.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import re
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -45,6 +47,7 @@ __all__ = ["OWNED_COLUMNS", "output_format", "detection_columns", "records_table
 
 OWNED_COLUMNS = ("status", "error", "score", "z", "p_value", "threshold", "is_watermarked", "n_tokens", "decided_by",
                  "explanation", "detection")
+_POSITION = re.compile(r"^(?:text|line|row) \d+ ")
 _RUN_FIELDS = ("threshold_source", "alpha", "key_fingerprint", "scheme", "p_value_method")
 
 
@@ -67,6 +70,9 @@ def detection_columns(res: Any, run: dict[str, Any]) -> tuple[dict[str, list[Any
     """
     recs = res.to_records()
     cols = {c: [r.get(c) for r in recs] for c in OWNED_COLUMNS if c != "detection"}
+    # the row is the record: its position ("text 12", "line 13"), which depends on how the input was
+    # split among workers, is left out, so every executor writes the same rows
+    cols["error"] = [None if e is None else _POSITION.sub("the record ", e, count=1) for e in cols["error"]]
     first = recs[0] if recs else {}
     prov = {**(res.provenance or {}), **{k: first.get(k) for k in _RUN_FIELDS}, **run}
     if not prov.get("p_value_method"):
@@ -80,13 +86,15 @@ _TYPES = {"status": "string", "error": "string", "score": "float64", "z": "float
 
 
 def _arrow_column(values: list[Any]) -> Any:
-    """A pyarrow array of JSON-like values; values Arrow cannot type together become JSON strings."""
+    """A pyarrow array of JSON-like values; a field whose values Arrow cannot type together becomes a
+    string column (strings kept, other values as JSON text)."""
     import pyarrow as pa
 
     try:
         return pa.array(values)
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        return pa.array([None if v is None else orjson.dumps(v, default=str).decode() for v in values], pa.string())
+        return pa.array([v if v is None or isinstance(v, str) else orjson.dumps(v, default=str).decode() for v in values],
+                        pa.string())
 
 
 def records_table(records: list[dict[str, Any]]) -> Any:
@@ -253,8 +261,10 @@ def detect_with_ray(input_path: str, out: str, *, key: Any, config: dict[str, An
     Parquet files to the directory ``out``; returns the number of records written.
 
     Reads with ``ray.data.read_json`` (JSONL; Arrow's reader) or ``ray.data.read_parquet``, runs
-    :class:`RayDetectBatch` with ``map_batches`` on ``workers`` actors (default: the cluster's
-    CPUs), keeps the input order, and writes with ``write_parquet``. Connects to the cluster at
+    :class:`RayDetectBatch` with ``map_batches`` on ``workers`` actors (default: the cluster's CPUs
+    less one), keeps the input order, and writes with ``write_parquet``. The actors together reserve
+    at most the cluster's CPUs less one half, and reading and writing tasks half a CPU each, so the
+    pipeline cannot stall with every CPU held by an actor waiting for input. Connects to the cluster at
     ``address`` (default ``$RAY_ADDRESS``; without either, a local Ray is started for the run) unless
     Ray is already initialised in this process.
 
@@ -276,15 +286,25 @@ def detect_with_ray(input_path: str, out: str, *, key: Any, config: dict[str, An
 
         ray.init(address=address or os.environ.get("RAY_ADDRESS") or None, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
+    import logging
+
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
     ctx = ray.data.DataContext.get_current()
     ctx.execution_options.preserve_order = True
     ctx.enable_progress_bars = False
-    ds = ray.data.read_parquet(input_path) if fmt == "parquet" else ray.data.read_json(input_path, lines=True)
-    n = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+    import inspect
+
+    io_args = {"num_cpus": 0.5}  # reading and writing are I/O: half a CPU each, so they never wait for the actors
+    read = ray.data.read_parquet if fmt == "parquet" else functools.partial(ray.data.read_json, lines=True)
+    named = "num_cpus" in inspect.signature(ray.data.read_parquet if fmt == "parquet" else ray.data.read_json).parameters
+    ds = read(input_path, **(io_args if named else {"ray_remote_args": io_args}))
+    cpus = float(ray.cluster_resources().get("CPU", 1))
+    n = workers or max(1, int(cpus) - 1)
     ds = ds.map_batches(RayDetectBatch, batch_format="pyarrow", batch_size=batch_size, concurrency=n,
+                        num_cpus=min(1.0, max(0.05, (cpus - 0.5) / n)),  # the actors leave half a CPU for I/O
                         fn_constructor_kwargs={"key": key, "config": config, "calibration": calibration, "alpha": alpha,
                                                "run": run})
-    ds.write_parquet(str(outp))
+    ds.write_parquet(str(outp), ray_remote_args=io_args)
     import pyarrow.parquet as pq
 
     return sum(pq.ParquetFile(f).metadata.num_rows for f in outp.glob("*.parquet"))
