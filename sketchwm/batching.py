@@ -47,8 +47,9 @@ def flatten_ids(id_lists: "Sequence[Sequence[int]]") -> tuple[np.ndarray, np.nda
     try:
         lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=B)  # (B,)
         if any(isinstance(x, (np.ndarray, torch.Tensor)) for x in id_lists):  # arrays (long texts): concatenate
-            parts = [x.cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, dtype=np.int64) for x in id_lists]
-            flat = np.concatenate([p.reshape(-1) for p in parts]).astype(np.int64, copy=False)
+            parts = [(x.cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x, dtype=np.int64)).reshape(-1)
+                     for x in id_lists]
+            flat = (parts[0] if len(parts) == 1 else np.concatenate(parts)).astype(np.int64, copy=False)
         else:
             flat = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int64, count=int(lengths.sum()))
     except (TypeError, ValueError, OverflowError) as exc:
@@ -81,6 +82,9 @@ def pad_flat(flat: np.ndarray, lengths: np.ndarray, rows: np.ndarray | None = No
     valid = cols[None, :] < sel_len[:, None]  # (b, N)
     if len(flat) == 0:
         return torch.full(valid.shape, pad, dtype=torch.long), torch.from_numpy(valid)
+    if len(rows) == 1 and n > 0:  # one text (a long one): a view of flat, no copy
+        o = int(offsets[rows[0]])
+        return torch.from_numpy(np.ascontiguousarray(flat[o : o + n])[None, :]), torch.from_numpy(valid)
     src = offsets[rows][:, None] + cols[None, :]  # (b, N) position in flat of each cell
     np.minimum(src, len(flat) - 1, out=src)  # padding cells read any valid position, then get ``pad``
     ids = flat.take(src)  # (b, N)
@@ -184,7 +188,7 @@ class TextEncoder:
             out.append((np.asarray(e.ids, dtype=np.int64), off[:, 0] + s))
         return out
 
-    def encode_long(self, text: str, batch: int = 4) -> np.ndarray:
+    def encode_long(self, text: str, batch: int = 2) -> np.ndarray:
         """Encode one long text window by window (``batch`` windows per parallel Rust call).
 
         Window k covers [s_k, s_k + window) with s_{k+1} = s_k + window − overlap. At each join the

@@ -399,11 +399,12 @@ def _detect_ray(args: argparse.Namespace, key: Any, wm: Any, calibration: Any, r
     if not args.out:
         raise InputError("--executor ray writes its results as Parquet files: pass --out DIR (a new directory)")
     wm.detector(calibration, args.alpha)  # a calibration for another key or scheme fails here, not on the workers
-    n = detect_with_ray(args.input, args.out, key=wm.key, config=wm.config.model_dump(mode="json"),
+    n, info = detect_with_ray(args.input, args.out, key=wm.key, config=wm.config.model_dump(mode="json"),
                         calibration=calibration.model_dump_json() if calibration is not None else None,
                         alpha=args.alpha, fmt=fmt, run=run, batch_size=args.chunk_size, workers=args.workers,
                         address=args.ray_address)
-    print(f"wrote {n} results to {args.out} (Parquet files, Ray)", file=sys.stderr)
+    print(f"wrote {n} results to {args.out} (Parquet files; Ray: {info['cpus']:g} CPUs, {info['workers']} detector "
+          "actors)", file=sys.stderr)
     return 0
 
 

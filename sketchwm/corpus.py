@@ -256,9 +256,10 @@ def table_chunk(table: Any, text_field: str = "text", start: int = 0) -> RecordC
 
 def detect_with_ray(input_path: str, out: str, *, key: Any, config: dict[str, Any], calibration: str | None,
                     alpha: float, fmt: str, run: dict[str, Any], batch_size: int = 4096, workers: int | None = None,
-                    address: str | None = None) -> int:
+                    address: str | None = None) -> tuple[int, dict[str, Any]]:
     """Detect over ``input_path`` (JSONL or Parquet, a file or a directory) with Ray Data and write
-    Parquet files to the directory ``out``; returns the number of records written.
+    Parquet files to the directory ``out``; returns the number of records written and
+    ``{"cpus": the cluster's CPUs, "workers": detector actors}``.
 
     Reads with ``ray.data.read_json`` (JSONL; Arrow's reader) or ``ray.data.read_parquet``, runs
     :class:`RayDetectBatch` with ``map_batches`` on ``workers`` actors (default: the cluster's CPUs
@@ -307,7 +308,8 @@ def detect_with_ray(input_path: str, out: str, *, key: Any, config: dict[str, An
     ds.write_parquet(str(outp), ray_remote_args=io_args)
     import pyarrow.parquet as pq
 
-    return sum(pq.ParquetFile(f).metadata.num_rows for f in outp.glob("*.parquet"))
+    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in outp.glob("*.parquet"))
+    return rows, {"cpus": cpus, "workers": n}
 
 
 def iter_results(chunks: Iterator[RecordChunk], detector: Any) -> Iterator[tuple[RecordChunk, Any]]:

@@ -344,11 +344,13 @@ def iter_input_chunks(path: str, fmt: str = "auto", chunk: int = 4096, strict: b
                 return
             if fmt == "text":
                 data = b"".join(head_lines) + fh.read()
+                head_lines.clear()
                 try:
                     text = data.decode("utf-8-sig").strip()
                 except UnicodeDecodeError as exc:
                     raise InputError(f"{where} is not UTF-8 text (byte {exc.start}): convert it first, "
                                      "e.g. with iconv -t UTF-8") from None
+                del data  # the text only, while it is detected
                 if not text:
                     raise InputError(f"input {path!r} is empty")
                 yield RecordChunk([text], [None], 0, records=[{"text": text}])
@@ -356,7 +358,9 @@ def iter_input_chunks(path: str, fmt: str = "auto", chunk: int = 4096, strict: b
             buf: list[bytes] = []
             numbers: list[int] = []
             start = 0
-            for no, ln in enumerate(itertools.chain(head_lines, lines), 1):
+            source = itertools.chain(head_lines, lines)
+            del head_lines  # the chain holds the sniffed lines until it has passed them
+            for no, ln in enumerate(source, 1):
                 if no == 1:
                     ln = ln.removeprefix(_BOM)
                 if not ln.strip():
@@ -364,11 +368,15 @@ def iter_input_chunks(path: str, fmt: str = "auto", chunk: int = 4096, strict: b
                 buf.append(ln)
                 numbers.append(no)
                 if len(buf) == chunk:
-                    yield _parse_chunk(buf, numbers, start, path, strict, text_field)
+                    parsed = _parse_chunk(buf, numbers, start, path, strict, text_field)
                     start += len(buf)
-                    buf, numbers = [], []
+                    buf, numbers, ln = [], [], b""  # the raw lines are not kept while the chunk is detected
+                    yield parsed
+                    del parsed
             if buf:
-                yield _parse_chunk(buf, numbers, start, path, strict, text_field)
+                parsed = _parse_chunk(buf, numbers, start, path, strict, text_field)
+                buf, ln = [], b""
+                yield parsed
             elif start == 0:
                 raise InputError(f"input {path!r} is empty")
         except OSError as exc:
