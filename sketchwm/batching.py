@@ -139,7 +139,7 @@ class TextEncoder:
             in the middle of the shared span.
     """
 
-    def __init__(self, tokenizer: Any, window: int = 1 << 17, overlap: int = 4096):
+    def __init__(self, tokenizer: Any, window: int = 1 << 16, overlap: int = 2048):
         if overlap * 4 > window:
             raise ValueError(f"overlap ({overlap}) must be at most a quarter of the window ({window})")
         self.tokenizer, self.window, self.overlap = tokenizer, int(window), int(overlap)

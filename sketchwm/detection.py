@@ -350,7 +350,7 @@ class Detector:
 
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
         """Texts → id lists (no special tokens); a fast Hugging Face tokenizer encodes the batch in one
-        parallel Rust call, a text longer than 131,072 characters window by window in bounded memory
+        parallel Rust call, a text longer than 65,536 characters window by window in bounded memory
         (:class:`sketchwm.batching.TextEncoder`).
 
         Raises:
