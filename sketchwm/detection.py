@@ -303,6 +303,18 @@ def scheme_analytic_threshold(scheme: WatermarkScheme, alpha: float, n_tokens: i
         return None
 
 
+_POOL: list[Any] = []
+
+
+def _score_pool() -> Any:
+    """One worker thread that scores while the caller reads the next piece of ids (created on first use)."""
+    if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL.append(ThreadPoolExecutor(1, thread_name_prefix="sketchwm-score"))
+    return _POOL[0]
+
+
 class Detector:
     """Detect a scheme's watermark in texts or token ids.
 
@@ -573,40 +585,41 @@ class Detector:
         B = len(id_lists)
         if B == 0:
             raise InputError("no texts to detect")
-        flat, lengths = flatten_ids(id_lists)  # (T,), (B,)
-        found = self.check_flat(flat, lengths, index_offset)
         errors: list[str | None] = list(_errors) if _errors is not None else [None] * B
-        if found is not None:
-            errors = [e if e is not None else f for e, f in zip(errors, found)]
-        if not per_item:
-            first = next((e for e in errors if e is not None), None)
-            if first is not None:
-                raise InputError(first)
-        ok = np.array([e is None for e in errors], dtype=bool) if (found is not None or _errors is not None) \
-            else np.ones(B, dtype=bool)
-        good = np.flatnonzero(ok)
         score = torch.full((B,), float("nan"), dtype=torch.float64)
         z, p = score.clone(), score.clone()
-        n = torch.from_numpy(lengths.copy())
-        method = ""
+        lengths = np.zeros(B, np.int64)
+        n = torch.zeros(B, dtype=torch.long)
+        ok = np.ones(B, dtype=bool)
         bar = None
         if progress:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=B, desc="detecting", unit="text")
-            bar.update(B - len(good))
-        offsets = np.cumsum(lengths) - lengths
-        for g in length_groups(lengths[good], max_texts=chunk):
-            sel = good[g]  # (b,) text indices, similar lengths
-            ids, valid = pad_flat(flat, lengths, sel, offsets)  # (b, N) int64, (b, N) bool
-            s = self.scheme.score_ids(ids, valid)
-            idx = torch.from_numpy(sel)
-            score[idx], z[idx], p[idx] = s.score.cpu().double(), s.z.cpu().double(), s.p_value.cpu().double()
-            n[idx] = s.n_scored.cpu().long()
-            method = s.p_value_method
-            if bar is not None:
-                bar.update(len(sel))
+        # pieces of the input in order: piece k+1 is read into an int64 array (holding the GIL) while
+        # piece k is scored in a worker thread (numpy and torch release the GIL)
+        step = max(chunk, -(-B // 4))
+        futures = []
+        try:
+            for a in range(0, B, step):
+                b = min(B, a + step)
+                flat, lens = flatten_ids(id_lists[a:b])  # (T,), (b - a,)
+                lengths[a:b] = lens
+                n[a:b] = torch.from_numpy(lens)
+                found = self.check_flat(flat, lens, index_offset + a)
+                if found is not None:
+                    errors[a:b] = [e if e is not None else f for e, f in zip(errors[a:b], found)]
+                if found is not None or _errors is not None:
+                    ok[a:b] = [e is None for e in errors[a:b]]
+                if not per_item and not ok[a:b].all():
+                    raise InputError(next(e for e in errors[a:b] if e is not None))
+                good = np.flatnonzero(ok[a:b])  # indices within the piece
+                futures.append(_score_pool().submit(self._score_piece, flat, lens, good, a, chunk, score, z, p, n))
+        finally:
+            done = [f.result() for f in futures]  # scoring errors surface here
+        method = next((m for m in reversed(done) if m), "")
         if bar is not None:
+            bar.update(B)
             bar.close()
         lengths_t = torch.from_numpy(lengths)
         analytic, calibrated = self.thresholds(lengths_t)
@@ -618,6 +631,22 @@ class Detector:
             scheme=self.scheme.name, p_value_method=method, errors=errors if per_item else None,
             tau_analytic=analytic, tau_calibrated=calibrated,
         )
+
+    def _score_piece(self, flat: np.ndarray, lengths: np.ndarray, good: np.ndarray, start: int, chunk: int,
+                     score: torch.Tensor, z: torch.Tensor, p: torch.Tensor, n: torch.Tensor) -> str:
+        """Score texts ``good`` of a flat piece (lengths (b,)) in length-sorted groups; write their
+        statistics at ``start + index`` of the (B,) outputs; return the p-value method ("" if none)."""
+        method = ""
+        offsets = np.cumsum(lengths) - lengths
+        for g in length_groups(lengths[good], max_texts=chunk):
+            sel = good[g]  # (b,) text indices in the piece, similar lengths
+            ids, valid = pad_flat(flat, lengths, sel, offsets)  # (b, N) int64, (b, N) bool
+            s = self.scheme.score_ids(ids, valid)
+            idx = torch.from_numpy(sel + start)
+            score[idx], z[idx], p[idx] = s.score.cpu().double(), s.z.cpu().double(), s.p_value.cpu().double()
+            n[idx] = s.n_scored.cpu().long()
+            method = s.p_value_method
+        return method
 
     def detect_batch(self, ids: torch.Tensor, valid: torch.Tensor | None = None) -> DetectionResult:
         """Detect in a padded batch: ids (B, N) int64, valid (B, N) bool (None: all valid).
