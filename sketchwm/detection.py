@@ -306,6 +306,15 @@ def scheme_analytic_threshold(scheme: WatermarkScheme, alpha: float, n_tokens: i
 _POOL: list[Any] = []
 
 
+def _done(value: Any) -> Any:
+    """A finished future holding ``value``."""
+    from concurrent.futures import Future
+
+    f: Future = Future()
+    f.set_result(value)
+    return f
+
+
 def _score_pool() -> Any:
     """One worker thread that scores while the caller reads the next piece of ids (created on first use)."""
     if not _POOL:
@@ -614,7 +623,10 @@ class Detector:
                 if not per_item and not ok[a:b].all():
                     raise InputError(next(e for e in errors[a:b] if e is not None))
                 good = np.flatnonzero(ok[a:b])  # indices within the piece
-                futures.append(_score_pool().submit(self._score_piece, flat, lens, good, a, chunk, score, z, p, n))
+                if b - a == B:  # one piece: nothing to overlap, score here
+                    futures.append(_done(self._score_piece(flat, lens, good, a, chunk, score, z, p, n)))
+                else:
+                    futures.append(_score_pool().submit(self._score_piece, flat, lens, good, a, chunk, score, z, p, n))
         finally:
             done = [f.result() for f in futures]  # scoring errors surface here
         method = next((m for m in reversed(done) if m), "")
