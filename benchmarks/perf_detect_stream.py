@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         results = ok = 0
         for line in child.stdout:  # count results as they stream, keep none
             results += 1
-            ok += b'"status": "ok"' in line
+            ok += b'"status":"ok"' in line or b'"status": "ok"' in line
         rc = child.wait()
         wall = time.perf_counter() - t0
         stop.set()

@@ -247,18 +247,24 @@ class Watermarker:
     def detect(self, texts: Sequence[str], calibration: Any = None, alpha: float = 0.01, *, per_item: bool = False,
                progress: bool = False, index_offset: int = 0) -> DetectionResult:
         """Detect the watermark in texts (see :class:`Detector`; ``per_item`` and ``progress`` as in
-        :meth:`Detector.detect`; ``index_offset`` shifts the text indices in error messages). The result's ``provenance`` names the scheme and its params, the
-        backend and model, the key fingerprint and the package version."""
+        :meth:`Detector.detect`; ``index_offset`` shifts the text indices in error messages). The result's
+        ``provenance`` is :meth:`detection_provenance`. Tokenisation of the next batch of texts overlaps
+        with the scoring of the current one (:meth:`Detector.detect_stream`)."""
+        res = self.detector(calibration, alpha).detect(texts, per_item=per_item, progress=progress, index_offset=index_offset)
+        res.provenance = self.detection_provenance()
+        return res
+
+    def detection_provenance(self) -> dict[str, Any]:
+        """What a detection result records about how it was made: the scheme and its validated params,
+        the backend and model, the tokenizer fingerprint and the package version."""
         from . import __version__
 
-        res = self.detector(calibration, alpha).detect(texts, per_item=per_item, progress=progress, index_offset=index_offset)
         params = self.scheme.params.model_dump(mode="json") if hasattr(self.scheme.params, "model_dump") else {}
-        res.provenance = {
+        return {
             "scheme": {"name": self.config.scheme.name, "params": params},
             "backend": {"name": self.config.backend.name, "model_id": getattr(self.backend, "model_id", None)},
             "tokenizer": self.backend.tokenizer_fingerprint, "sketchwm_version": __version__,
         }
-        return res
 
     def detect_ids(self, id_lists: Sequence[Sequence[int]], calibration: Any = None, alpha: float = 0.01) -> DetectionResult:
         """Detect the watermark in token-id lists."""
@@ -280,7 +286,7 @@ class Watermarker:
             if texts is None:
                 raise InputError("calibrate needs unwatermarked texts or id lists")
             if kwargs.get("skip_invalid"):  # empty texts become empty id lists, skipped by calibrate
-                id_lists = [det.tokenize([t])[0] if isinstance(t, str) and t.strip() else [] for t in texts]
+                id_lists = det._tokenize_items(list(texts), 0)[0]
             else:
                 id_lists = det.tokenize(texts)
         return _calibrate(det, id_lists, model_id or self.backend.model_id, alpha=alpha, source=source, **kwargs)

@@ -21,136 +21,17 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import math
 import os
 import sys
-import time
 import warnings
-from typing import Any, Callable, NoReturn, Sequence
+from typing import Any, Callable, Sequence
 
+from .cli_args import (_add_alpha_arg, _add_key_args, _key, _now, _Parser, _progress, _watermarker,  # noqa: F401
+                       add_config_args, config_from_args, finite_float, nonneg_float, nonneg_int, positive_int, probability)
 from .errors import InputError, SketchwmError
 
 __all__ = ["main", "build_parser", "positive_int", "nonneg_int", "finite_float", "nonneg_float", "probability",
            "add_config_args", "config_from_args"]
-
-
-# ---------------------------------------------------------------- argument types (argparse: bad value → exit 2)
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-
-
-def finite_float(text: str) -> float:
-    """A finite float (NaN and ±inf refused)."""
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
-    return v
-
-
-def _bounded(name: str, parse: Callable[[str], Any], ok: Callable[[Any], bool], bound: str, doc: str):
-    """An argparse type: ``parse(text)`` (which raises its own ArgumentTypeError), then
-    ``ArgumentTypeError("must be <bound>, got <value>")`` unless ``ok(value)``."""
-
-    def check(text: str) -> Any:
-        v = parse(text)
-        if not ok(v):
-            raise argparse.ArgumentTypeError(f"must be {bound}, got {v}")
-        return v
-
-    check.__name__ = check.__qualname__ = name  # argparse names the type in some messages
-    check.__doc__ = doc
-    return check
-
-
-positive_int = _bounded("positive_int", _int, lambda v: v >= 1, "a positive integer",
-                        "An integer >= 1 (batch sizes, lengths, counts).")
-nonneg_int = _bounded("nonneg_int", _int, lambda v: 0 <= v < 2**63, "an integer in [0, 2^63)",
-                      "An integer in [0, 2**63) (seeds, offsets).")
-nonneg_float = _bounded("nonneg_float", finite_float, lambda v: v >= 0, ">= 0", "A finite float >= 0 (temperatures).")
-probability = _bounded("probability", finite_float, lambda v: 0 < v < 1, "in (0, 1)",
-                       "A float strictly between 0 and 1 (false-positive rates α).")
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors: ``sketchwm <cmd>: error: <problem> (see sketchwm <cmd> --help)``."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
-
-
-# ---------------------------------------------------------------- shared options
-def _add_key_args(p: argparse.ArgumentParser, required_help: str = "") -> None:
-    p.add_argument("--key", metavar="KEYFILE",
-                   help="key file from `sketchwm keygen` (mode 0600); default: $SKETCHWM_KEY_FILE, or a hex secret "
-                        "in $SKETCHWM_KEY. A secret on the command line is refused" + required_help)
-    p.add_argument("--insecure-key-permissions", action="store_true",
-                   help="accept a key file that the group or others can read (refused by default, as ssh does)")
-
-
-def _add_alpha_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--alpha", type=probability, default=0.01, help="target false-positive rate in (0, 1) (default 0.01)")
-
-
-def add_config_args(p: argparse.ArgumentParser) -> None:
-    """Add ``--config``, ``--scheme``, ``--scheme-params``, ``--backend``, ``--backend-params``, ``--device``
-    (read back with :func:`config_from_args`)."""
-    p.add_argument("--config", help="JSON file with {scheme, backend, sampler} (see WatermarkConfig); for detect it "
-                                    "overrides, on purpose, the configuration recorded in the input")
-    p.add_argument("--scheme", help="registered scheme name (default: global-sketch)")
-    p.add_argument("--scheme-params", help="scheme params as JSON (or @file.json)")
-    p.add_argument("--backend", help="registered backend name (default: default)")
-    p.add_argument("--backend-params", help="backend params as JSON (or @file.json)")
-    p.add_argument("--device", help="device for the backend: auto, cpu, cuda")
-
-
-def _progress(args: argparse.Namespace) -> bool:
-    """Progress bars on stderr: not under --quiet or --json, and only when stderr is a terminal."""
-    return not getattr(args, "quiet", False) and not getattr(args, "json", False) and sys.stderr.isatty()
-
-
-def _key(args: argparse.Namespace):
-    from .keys import WatermarkKey
-
-    return WatermarkKey.load(getattr(args, "key", None), allow_hex=False,
-                             allow_insecure=getattr(args, "insecure_key_permissions", False) or None)
-
-
-def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The configuration dict (``scheme``, ``backend``, ...) given by the options of :func:`add_config_args`.
-
-    Raises:
-        InputError: an unreadable ``--config`` file or bad JSON in a ``--*-params`` option.
-    """
-    from .io import read_json_arg
-
-    cfg: dict[str, Any] = read_json_arg("@" + args.config, "--config") if getattr(args, "config", None) else {}
-    if getattr(args, "scheme", None) or getattr(args, "scheme_params", None):
-        base = cfg.get("scheme", {"name": "global-sketch"})
-        cfg["scheme"] = {"name": args.scheme or base.get("name", "global-sketch"),
-                         "params": read_json_arg(args.scheme_params, "--scheme-params") or base.get("params", {})}
-    if getattr(args, "backend", None) or getattr(args, "backend_params", None) or getattr(args, "device", None):
-        base = cfg.get("backend", {"name": "default"})
-        params = read_json_arg(args.backend_params, "--backend-params") or dict(base.get("params", {}))
-        if args.device:
-            params["device"] = args.device
-        cfg["backend"] = {"name": args.backend or base.get("name", "default"), "params": params}
-    return cfg
-
-
-def _watermarker(args: argparse.Namespace, config: dict[str, Any] | None = None):
-    from .api import Watermarker
-
-    return Watermarker(_key(args), config_from_args(args) if config is None else config)
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 # ---------------------------------------------------------------- commands
@@ -272,74 +153,144 @@ def _detect_config(args: argparse.Namespace, recs: list[dict[str, Any]]) -> tupl
 def cmd_detect(args: argparse.Namespace) -> int:
     import itertools
 
-    from .io import iter_record_chunks
+    from .batching import prefetch
+    from .io import check_output_path, input_format, iter_input_chunks
 
     key = _key(args)  # key errors first, before reading (possibly) stdin
-    chunks = iter_record_chunks(args.input, args.chunk_size)  # bounded memory: one chunk at a time
-    first = next(chunks)
-    cfg, cfg_source = _detect_config(args, first)
-    recorded_cfg = json.dumps(_recorded_config(first), sort_keys=True) if cfg_source == "records" else None
+    if args.out and args.executor == "local":
+        check_output_path(args.out)  # before any work
+    fmt = input_format(args.input, args.format)
+    source = args.input
+    if args.executor == "ray" and os.path.isdir(args.input):  # the configuration is read from the first file
+        from pathlib import Path
+
+        files = sorted(p for p in Path(args.input).iterdir() if p.is_file() and not p.name.startswith((".", "_")))
+        if not files:
+            raise InputError(f"input directory {args.input} has no files")
+        source = str(files[0])
+    reader = iter_input_chunks(source, fmt, args.chunk_size, strict=args.strict)  # bounded memory: one chunk at a time
+    first = next(reader)
+    cfg, cfg_source = _detect_config(args, first.meta())
+    recorded_cfg = json.dumps(_recorded_config(first.meta()), sort_keys=True) if cfg_source == "records" else None
     from .api import Watermarker
     from .detection import Calibration
 
     wm = Watermarker(key, cfg)
     calibration = Calibration.load(args.calibration) if args.calibration else None
-    start, errors, res, notes = 0, [], None, []
-    for recs in itertools.chain([first], chunks):
-        if recorded_cfg is not None and start > 0:
-            later = _recorded_config(recs)
-            if later is not None and json.dumps(later, sort_keys=True) != recorded_cfg:
-                field = _first_difference(json.loads(recorded_cfg), later)
-                raise InputError(f"the input mixes configurations (records from {start + 1} on differ in {field}): "
-                                 "detect each group separately, or pass --config FILE to use one configuration for all")
-        recorded = {r["tokenizer"] for r in recs if isinstance(r.get("tokenizer"), str)}
-        if recorded and recorded != {wm.backend.tokenizer_fingerprint}:
-            from .errors import TokenizerMismatchError
+    run = {"config_source": cfg_source, "calibration": args.calibration, "created": _now()}
+    _check_tokenizer(first, wm)
+    if args.executor == "ray":
+        return _detect_ray(args, key, wm, calibration, run, fmt)
+    det = wm.detector(calibration, args.alpha)
+    prov = dict(wm.detection_provenance(), **run)
 
-            raise TokenizerMismatchError(
-                f"the input was generated with tokenizer {', '.join(sorted(recorded))}, but the detector's backend uses "
-                f"tokenizer {wm.backend.tokenizer_fingerprint}: pass the generating --backend"
-            )
-        res = wm.detect([r["text"] for r in recs], calibration=calibration, alpha=args.alpha, per_item=True,
-                        progress=_progress(args), index_offset=start)
-        chunk_errors = [e for e in res.errors or [] if e is not None]
-        if start == 0 and len(chunk_errors) == len(recs):
-            rest = next(chunks, None)
-            if rest is None:  # the whole input, and nothing could be scored
-                raise InputError(chunk_errors[0] if len(recs) == 1 else
-                                 f"none of the {len(recs)} texts could be scored (first: {chunk_errors[0]})")
-            chunks = itertools.chain([rest], chunks)
-        errors += chunk_errors
-        res.provenance = dict(res.provenance or {}, config_source=cfg_source, calibration=args.calibration, created=_now())
+    def checked() -> Any:  # the next chunks are read and parsed in a background thread
+        for c in itertools.chain([first], prefetch(reader, depth=2)):
+            if recorded_cfg is not None and c.start > 0:
+                later = _recorded_config(c.meta())
+                if later is not None and json.dumps(later, sort_keys=True) != recorded_cfg:
+                    field = _first_difference(json.loads(recorded_cfg), later)
+                    raise InputError(f"the input mixes configurations (records from {c.start + 1} on differ in {field}): "
+                                     "detect each group separately, or pass --config FILE to use one configuration for all")
+            if c.start > 0:
+                _check_tokenizer(c, wm)
+            yield c
+
+    from .corpus import ResultWriter, detection_columns, iter_results
+
+    writer = ResultWriter(args.out) if args.out else None
+    state = {"start": 0, "errors": [], "scored": 0, "watermarked": 0, "notes": [], "res": None}
+    held: list[Any] = []  # output held back while no text has been scored (an input with none is one error)
+
+    def emit(chunk: Any, res: Any) -> None:
+        if writer is not None:
+            cols, detection = detection_columns(res, run)
+            writer.write(chunk, cols, detection)
+            return
         rows = res.to_records()
         if args.json:
-            sys.stdout.write("".join(json.dumps({"index": i, **r}) + "\n" for i, r in enumerate(rows, start)))
-        else:
-            if start == 0:
-                print(f"{'#':>4} {'tokens':>6} {'scored':>6} {'score':>10} {'z':>7} {'p-value':>10} {'threshold':>10}  "
-                      "decision   (tokens: text length; scored: tokens in the statistic)")
-            for i, r in enumerate(rows, start):
-                if r["status"] != "ok":
-                    print(f"{i:>4} {r['n_tokens']:>6} {'-':>6} {'-':>10} {'-':>7} {'-':>10} {'-':>10}  not scored: {r['error']}")
-                    continue
-                scored = "-" if r.get("n_scored") is None else r["n_scored"]
-                print(f"{i:>4} {r['n_tokens']:>6} {scored:>6} {r['score']:>10.3f} {r['z']:>7.2f} {r['p_value']:>10.2e} "
-                      f"{r['threshold']:>10.3f}  {'WATERMARKED' if r['is_watermarked'] else 'not watermarked'}")
-                if r.get("explanation"):
-                    notes.append(f"  #{i}: {r['explanation']}")
-        start += len(rows)
-    if not args.json and res is not None:
-        prov = res.provenance
+            sys.stdout.write(b"".join(orjson.dumps({"index": i, **r}) + b"\n" for i, r in enumerate(rows, chunk.start)).decode())
+            return
+        if chunk.start == 0:
+            print(f"{'#':>4} {'tokens':>6} {'scored':>6} {'score':>10} {'z':>7} {'p-value':>10} {'threshold':>10}  "
+                  "decision   (tokens: text length; scored: tokens in the statistic)")
+        for i, r in enumerate(rows, chunk.start):
+            if r["status"] != "ok":
+                print(f"{i:>4} {r['n_tokens']:>6} {'-':>6} {'-':>10} {'-':>7} {'-':>10} {'-':>10}  not scored: {r['error']}")
+                continue
+            scored = "-" if r.get("n_scored") is None else r["n_scored"]
+            print(f"{i:>4} {r['n_tokens']:>6} {scored:>6} {r['score']:>10.3f} {r['z']:>7.2f} {r['p_value']:>10.2e} "
+                  f"{r['threshold']:>10.3f}  {'WATERMARKED' if r['is_watermarked'] else 'not watermarked'}")
+            if r.get("explanation"):
+                state["notes"].append(f"  #{i}: {r['explanation']}")
+
+    import orjson
+
+    with writer if writer is not None else contextlib.nullcontext():
+        for chunk, res in iter_results(checked(), det):
+            res.provenance = prov
+            chunk_errors = [e for e in res.errors or [] if e is not None]
+            state["errors"] += chunk_errors
+            state["scored"] += len(chunk) - len(chunk_errors)
+            state["watermarked"] += int(res.is_watermarked.sum())
+            state["start"] = chunk.start + len(chunk)
+            state["res"] = res
+            if state["scored"] == 0:
+                held.append((chunk, res))
+                continue
+            for c, r in held:
+                emit(c, r)
+            held.clear()
+            emit(chunk, res)
+        start, errors = state["start"], state["errors"]
+        if errors and len(errors) == start:  # nothing could be scored: one error, no output
+            raise InputError(errors[0] if start == 1 else f"none of the {start} texts could be scored (first: {errors[0]})")
+    res = state["res"]
+    if writer is not None:
+        print(f"wrote {start} results to {args.out} ({state['watermarked']} watermarked, {len(errors)} not scored)",
+              file=sys.stderr)
+    elif not args.json and res is not None:
         print(f"key {res.key_fingerprint}; threshold: {res.threshold_source} (alpha={res.alpha}); p-value: {res.p_value_method}; "
               f"scheme {prov['scheme']['name']} (config from {cfg_source}); sketchwm {prov['sketchwm_version']}")
-        for n in notes:
+        for n in state["notes"]:
             print(n)
-    if errors and len(errors) == start:
-        raise InputError(f"none of the {start} texts could be scored (first: {errors[0]})")
     if errors and args.strict:
         print(f"sketchwm: error: {len(errors)} of {start} texts could not be scored (first: {errors[0]}); "
               "drop --strict to report them per text", file=sys.stderr)
         return 2
+    return 0
+
+
+def _check_tokenizer(chunk: Any, wm: Any) -> None:
+    """Refuse records generated with another tokenizer than the detector's backend uses.
+
+    Raises:
+        TokenizerMismatchError: naming both fingerprints.
+    """
+    recorded = {r["tokenizer"] for r in chunk.meta() if isinstance(r.get("tokenizer"), str)}
+    if recorded and recorded != {wm.backend.tokenizer_fingerprint}:
+        from .errors import TokenizerMismatchError
+
+        raise TokenizerMismatchError(
+            f"the input was generated with tokenizer {', '.join(sorted(recorded))}, but the detector's backend uses "
+            f"tokenizer {wm.backend.tokenizer_fingerprint}: pass the generating --backend"
+        )
+
+
+def _detect_ray(args: argparse.Namespace, key: Any, wm: Any, calibration: Any, run: dict[str, Any], fmt: str) -> int:
+    """``sketchwm detect --executor ray``: :func:`sketchwm.corpus.detect_with_ray` with the configuration
+    resolved here (records, ``--config`` or the command line)."""
+    from .corpus import detect_with_ray
+
+    if not args.out:
+        raise InputError("--executor ray writes its results as Parquet files: pass --out DIR (a new directory)")
+    wm.detector(calibration, args.alpha)  # a calibration for another key or scheme fails here, not on the workers
+    n, info = detect_with_ray(args.input, args.out, key=wm.key, config=wm.config.model_dump(mode="json"),
+                        calibration=calibration.model_dump_json() if calibration is not None else None,
+                        alpha=args.alpha, fmt=fmt, run=run, batch_size=args.chunk_size, workers=args.workers,
+                        address=args.ray_address)
+    print(f"wrote {n} results to {args.out} (Parquet files; Ray: {info['cpus']:g} CPUs, {info['workers']} detector "
+          "actors)", file=sys.stderr)
     return 0
 
 
@@ -457,16 +408,30 @@ def build_parser(argv: Sequence[str] | None = None, plugins: Sequence[Any] = ())
     g.add_argument("--quiet", action="store_true", help="no progress bar")
     add_config_args(g)
 
-    d = add("detect", cmd_detect, "", help="detect the watermark in text or JSONL")
-    d.add_argument("--input", required=True, help="plain text file (one text) or JSONL with 'text'; - for stdin")
+    d = add("detect", cmd_detect, "", help="detect the watermark in text, JSONL or Parquet")
+    d.add_argument("--input", required=True, help="JSONL with 'text' (other fields kept), Parquet with a 'text' column, "
+                                                  "or a plain text file (one text); - for stdin")
+    d.add_argument("--format", choices=["auto", "jsonl", "text", "parquet"], default="auto",
+                   help="what --input is (default auto: Parquet by its magic bytes, JSONL when the first non-blank "
+                        "character is '{', else one plain text)")
+    d.add_argument("--out", help="write every input record with the detection columns added, atomically: Parquet for "
+                                 "a .parquet/.pq name, else JSONL (with --executor ray: a new directory of Parquet "
+                                 "files). Default: a table (or --json lines) on stdout")
     d.add_argument("--calibration", help="calibration JSON from `sketchwm calibrate` (default: analytic threshold)")
     _add_alpha_arg(d)
-    d.add_argument("--json", action="store_true", help="one JSON result per line")
-    d.add_argument("--strict", action="store_true", help="exit 2 if any text cannot be scored (default: report it "
-                                                         "in that text's result and score the rest)")
+    d.add_argument("--json", action="store_true", help="one JSON result per line on stdout")
+    d.add_argument("--strict", action="store_true", help="stop at the first record without a string 'text', and exit 2 "
+                                                         "if any text cannot be scored (default: report both in that "
+                                                         "record's result and detect the rest)")
     d.add_argument("--quiet", action="store_true", help="no progress bar")
     d.add_argument("--chunk-size", type=positive_int, default=4096,
-                   help="texts read and detected at a time (large JSONL inputs stream in bounded memory)")
+                   help="records read and detected at a time (large inputs stream in bounded memory; the Ray batch size)")
+    d.add_argument("--executor", choices=["local", "ray"], default="local",
+                   help="local (default): this process; ray: Ray Data workers (needs --out DIR; pip install "
+                        "'sketchwm[ray]')")
+    d.add_argument("--ray-address", help="Ray cluster to run on (default: $RAY_ADDRESS; neither: a local Ray for this "
+                                         "run)")
+    d.add_argument("--workers", type=positive_int, help="Ray detector actors (default: the cluster's CPUs)")
     add_config_args(d)
 
     c = add("calibrate", cmd_calibrate, "", help="empirical thresholds from unwatermarked texts → JSON")
@@ -561,8 +526,10 @@ def main(argv: Sequence[str] | None = None, plugins: Sequence[Any] = ()) -> int:
 def _main(argv: list[str], plugins: Sequence[Any]) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # busy-waiting OpenMP threads starve a shared 2-core CPU
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # detect encodes in batches with the Rust tokenizer's own thread pool; other commands fork workers
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true" if _command_word(argv) == "detect" else "false")
     debug = "--debug" in argv
     try:
         with _warnings_as_lines():

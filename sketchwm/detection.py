@@ -20,7 +20,6 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -29,8 +28,11 @@ import torch
 from pydantic import Field
 
 from . import __version__
+from .batching import TextEncoder, pad_ids
 from .components import WatermarkScheme, ids_summary, tokenizer_fingerprint
 from .config import StrictModel, config_hash
+from .detection_paths import InputPaths
+from .detection_result import DetectionResult
 from .errors import CalibrationError, InputError, TokenizerMismatchError
 from .stats import check_alpha, conformal_min_size, conformal_quantile, decide
 
@@ -39,140 +41,6 @@ __all__ = ["DetectionResult", "Detector", "scheme_analytic_threshold", "Calibrat
 
 DEFAULT_BIN_EDGES = (16, 32, 64, 96, 128, 192, 256, 384, 512, 1024, 1 << 30)
 CALIBRATION_VERSION = 1
-
-
-def pad_ids(id_lists: Sequence[Sequence[int]], pad: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-pad id lists → ids (B, N) int64 and valid (B, N) bool (one flat copy, no per-text tensors)."""
-    import itertools
-
-    lengths = torch.tensor([len(x) for x in id_lists], dtype=torch.long)
-    n = int(lengths.max()) if len(id_lists) else 0
-    valid = torch.arange(max(n, 1))[None, :] < lengths[:, None]  # (B, N)
-    ids = torch.full(valid.shape, pad, dtype=torch.long)
-    flat = torch.tensor(list(itertools.chain.from_iterable(id_lists)), dtype=torch.long)
-    ids[valid] = flat  # row-major order of valid matches the concatenation
-    return ids, valid
-
-
-@dataclass
-class DetectionResult:
-    """Detection of a batch of B texts.
-
-    Attributes:
-        score: (B,) float64, the scheme's statistic (S_k of eq. 2 for ``global-sketch``).
-        z: (B,) float64, standardised statistic.
-        p_value: (B,) float64, p-value under the scheme's null (method in ``p_value_method``).
-        threshold: (B,) float64, threshold applied to ``score`` (per length bin when calibrated).
-        is_watermarked: (B,) bool, the one decision rule (:meth:`Detector.decide`): ``score > τ_N``
-            (calibrated) and ``score >= τ_α`` (analytic), or ``p_value <= alpha`` with neither.
-        n_tokens: (B,) int64, the text's length in tokens (what ``min_tokens`` and the calibration's
-            length bins apply to).
-        n_scored: (B,) int64, the tokens that entered the statistic (``SchemeScores.n_scored``: for
-            the presence sketch the distinct kept tokens, far fewer than the length), or None.
-        threshold_source: ``"max(calibrated, analytic)"``, ``"calibrated"`` (schemes without a
-            closed-form threshold), ``"analytic"``, or ``"p-value"`` (no closed form, no calibration:
-            the decision is ``p_value <= alpha``); see :meth:`Detector.decide`.
-        alpha: target false-positive rate.
-        key_fingerprint: fingerprint of the key (never the key).
-        scheme: scheme name.
-        p_value_method: how ``p_value`` was computed.
-    """
-
-    score: torch.Tensor
-    z: torch.Tensor
-    p_value: torch.Tensor
-    threshold: torch.Tensor
-    is_watermarked: torch.Tensor
-    n_tokens: torch.Tensor
-    threshold_source: str
-    alpha: float
-    key_fingerprint: str
-    scheme: str
-    p_value_method: str
-    errors: list[str | None] | None = None
-    tau_analytic: torch.Tensor | None = None
-    tau_calibrated: torch.Tensor | None = None
-    provenance: dict[str, Any] | None = None
-    n_scored: torch.Tensor | None = None
-
-    def __len__(self) -> int:
-        return int(self.score.shape[0])
-
-    @property
-    def ok(self) -> torch.Tensor:
-        """(B,) bool: True where the text was scored (False: see ``errors``)."""
-        if self.errors is None:
-            return torch.ones(len(self), dtype=torch.bool)
-        return torch.tensor([e is None for e in self.errors], dtype=torch.bool)
-
-    def explain(self, i: int) -> dict[str, Any]:
-        """Which rule decided text ``i`` and, when score, z and p-value seem to disagree, why.
-
-        The one rule (:meth:`Detector.decide`) is ``score > τ_N`` and ``score >= τ_α``, reported as
-        threshold = max(τ_N, τ_α) (or ``p_value <= alpha`` for a scheme with neither). The p-value and z are
-        reported alongside; they can point the other way when the calibrated τ_N is stricter than
-        the analytic τ_α (the model's null scores are wider than the analytic null), when the score
-        carries a norm penalty (paper eq. 18-19) that z does not, or when the p-value comes from a
-        normal approximation.
-
-        Returns:
-            ``{"decided_by": ..., "rule": ..., "explanation": str | None}``.
-        """
-        thr = float(self.threshold[i])
-        if self.threshold_source == "p-value":
-            return {"decided_by": "p-value", "rule": f"p_value <= alpha ({self.alpha:g}); the scheme has no closed-form "
-                    "threshold and no calibration was given", "explanation": None}
-        ta = None if self.tau_analytic is None else float(self.tau_analytic[i])
-        tc = None if self.tau_calibrated is None else float(self.tau_calibrated[i])
-        if tc is not None and (ta is None or tc >= ta):
-            by = "calibrated tau_N"
-        else:
-            by = "analytic tau_alpha"
-        if ta is not None and tc is not None:
-            rule = (f"score > tau_N = {tc:.4g} and score >= tau_alpha = {ta:.4g} (threshold = max(tau_N, tau_alpha) "
-                    f"= {thr:.4g})")
-        else:
-            rule = f"score {'>' if by.startswith('calibrated') else '>='} threshold ({by}) = {thr:.4g}"
-        s, p, z, w = float(self.score[i]), float(self.p_value[i]), float(self.z[i]), bool(self.is_watermarked[i])
-        why = None
-        if (p <= self.alpha) != w:
-            parts = [f"p = {p:.3g} {'<=' if p <= self.alpha else '>'} alpha = {self.alpha:g} and z = {z:.3g}, but the "
-                     f"decision is the score rule: score {s:.4g} {'passes' if w else 'does not pass'} {thr:.4g} ({by})"]
-            if by == "calibrated tau_N":
-                parts.append("the calibrated threshold, from this model's unwatermarked texts, is stricter than the "
-                             "analytic null the p-value assumes")
-            if "normal" in self.p_value_method.lower() or "phi" in self.p_value_method.lower():
-                parts.append(f"the p-value is a normal approximation ({self.p_value_method})")
-            if abs(s - z) > 1e-9 * max(1.0, abs(z)):
-                parts.append("the score is not z: it includes the scheme's norm penalty (paper eq. 18), which z and "
-                             "the p-value leave out")
-            why = "; ".join(parts)
-        return {"decided_by": by, "rule": rule, "explanation": why}
-
-    def to_records(self) -> list[dict[str, Any]]:
-        """One JSON-serialisable dict per text.
-
-        Every record has ``status`` (``"ok"`` or ``"error"``); an unscored text has ``error`` (the
-        reason) and null statistics. Scored texts carry ``decided_by``/``rule``/``explanation``
-        (:meth:`explain`). ``provenance`` (when set) is copied into each record.
-        """
-        out = []
-        ok = self.ok
-        for i in range(len(self)):
-            base = {"status": "ok" if ok[i] else "error", "threshold_source": self.threshold_source, "alpha": self.alpha,
-                    "key_fingerprint": self.key_fingerprint, "scheme": self.scheme, "p_value_method": self.p_value_method}
-            if ok[i]:
-                rec = {"score": float(self.score[i]), "z": float(self.z[i]), "p_value": float(self.p_value[i]),
-                       "threshold": float(self.threshold[i]), "is_watermarked": bool(self.is_watermarked[i]),
-                       "n_tokens": int(self.n_tokens[i]),
-                       "n_scored": None if self.n_scored is None else int(self.n_scored[i]), **base, **self.explain(i)}
-            else:
-                rec = {"score": None, "z": None, "p_value": None, "threshold": None, "is_watermarked": None,
-                       "n_tokens": int(self.n_tokens[i]), **base, "error": self.errors[i]}
-            if self.provenance:
-                rec["provenance"] = self.provenance
-            out.append(rec)
-        return out
 
 
 class LengthBin(StrictModel):
@@ -282,7 +150,9 @@ def scheme_analytic_threshold(scheme: WatermarkScheme, alpha: float, n_tokens: i
         return None
 
 
-class Detector:
+
+
+class Detector(InputPaths):
     """Detect a scheme's watermark in texts or token ids.
 
     Args:
@@ -319,8 +189,18 @@ class Detector:
             calibration.check_matches(key_fingerprint, scheme, self.tokenizer_fp)
         self.calibration = calibration
 
+    @property
+    def encoder(self) -> TextEncoder:
+        """The :class:`sketchwm.batching.TextEncoder` of this detector's tokenizer (built on first use)."""
+        enc = self.__dict__.get("_encoder")
+        if enc is None:
+            enc = self._encoder = TextEncoder(self.tokenizer)
+        return enc
+
     def tokenize(self, texts: Sequence[str]) -> list[list[int]]:
-        """Texts → id lists (no special tokens); a fast Hugging Face tokenizer encodes the batch in one call.
+        """Texts → id lists (no special tokens); a fast Hugging Face tokenizer encodes the batch in one
+        parallel Rust call, a text longer than 65,536 characters window by window in bounded memory
+        (:class:`sketchwm.batching.TextEncoder`).
 
         Raises:
             InputError: an empty text (names its index).
@@ -332,9 +212,25 @@ class Detector:
                 raise InputError(f"text {i} is empty")
         if not texts:
             return []
-        if getattr(self.tokenizer, "is_fast", False) and callable(self.tokenizer):  # one batched (Rust) call
-            return [list(x) for x in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
-        return [list(self.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+        return self.encoder.encode(texts)
+
+    def _tokenize_items(self, texts: Sequence[Any], index_offset: int,
+                        errors: "Sequence[str | None] | None" = None) -> tuple[list[list[int]], list[str | None]]:
+        """Id lists and per-text errors of a batch: a text that is not a non-empty string (or already
+        has an error in ``errors``) gets ``[]`` and its reason; the rest are encoded in one call."""
+        errs: list[str | None] = list(errors) if errors is not None else [None] * len(texts)
+        good = []
+        for i, t in enumerate(texts):
+            if errs[i] is None and not (isinstance(t, str) and t.strip()):
+                errs[i] = f"text {i + index_offset} is empty"
+            if errs[i] is None:
+                good.append(i)
+        if len(good) == len(texts):
+            return self.encoder.encode(texts), errs
+        lists: list[list[int]] = [[] for _ in texts]
+        for i, ids in zip(good, self.encoder.encode([texts[i] for i in good]) if good else []):
+            lists[i] = ids
+        return lists, errs
 
     def decide(
         self, score: torch.Tensor, p_value: torch.Tensor, n_tokens: torch.Tensor,
@@ -388,28 +284,6 @@ class Detector:
             return None
         return torch.from_numpy(np.array(per_len, dtype=np.float64)[inverse.reshape(-1)])
 
-    def detect(self, texts: Sequence[str], *, per_item: bool = False, progress: bool = False,
-               index_offset: int = 0) -> DetectionResult:
-        """Detect in texts (see :meth:`detect_ids`).
-
-        Args:
-            per_item: False raises on the first text that cannot be scored; True scores the others and
-                records the reason in ``DetectionResult.errors`` (batch use: one result per text).
-            progress: a tqdm bar per text (on stderr).
-            index_offset: added to the text indices named in error messages (a chunk of a stream).
-        """
-        if isinstance(texts, str):
-            raise InputError("detect expects a list of texts, got a single string")
-        if not per_item:
-            return self.detect_ids(self.tokenize(texts), progress=progress)
-        errors: list[str | None] = [None] * len(texts)
-        good = [i for i, t in enumerate(texts) if isinstance(t, str) and t.strip()]
-        for i in set(range(len(texts))) - set(good):
-            errors[i] = f"text {i + index_offset} is empty"
-        lists: list[list[int]] = [[] for _ in texts]
-        for i, ids in zip(good, self.tokenize([texts[i] for i in good]) if good else []):  # one batched call
-            lists[i] = ids
-        return self.detect_ids(lists, per_item=True, progress=progress, index_offset=index_offset, _errors=errors)
 
     def check_ids(self, i: int, ids: Sequence[int]) -> str | None:
         """Why text ``i`` (an id list) cannot be scored, or None if it can."""
@@ -423,72 +297,6 @@ class Detector:
             return f"text {i} has token id {hi if hi >= V else lo} outside the vocabulary [0, {V})"
         return None
 
-    def detect_ids(
-        self, id_lists: "Sequence[Sequence[int]] | torch.Tensor", *, per_item: bool = False, progress: bool = False,
-        chunk: int = 256, index_offset: int = 0, _errors: list[str | None] | None = None,
-    ) -> DetectionResult:
-        """Detect in token-id lists, scored in chunks of ``chunk`` texts (each one vectorised call).
-
-        Args:
-            per_item: see :meth:`detect`; unscored texts get NaN statistics, ``is_watermarked`` False
-                and their reason in ``errors``.
-            progress: a tqdm bar counting texts.
-            chunk: texts per vectorised scoring call (bounds memory).
-            index_offset: added to the text indices named in error messages.
-
-        A (B, N) int64 tensor (every entry a token) goes to :meth:`detect_batch`.
-
-        The minimum-length rule applies to the text's length in tokens (``n_tokens``), not to the
-        number of tokens the statistic scores (``n_scored``).
-
-        Raises:
-            InputError: no texts; without ``per_item``, an empty or too-short text (fewer than
-                ``scheme.min_tokens`` tokens of text) or ids outside [0, V).
-        """
-        if torch.is_tensor(id_lists):  # a pre-tokenised (B, N) batch, every entry a token
-            return self.detect_batch(id_lists)
-        B = len(id_lists)
-        if B == 0:
-            raise InputError("no texts to detect")
-        errors = list(_errors) if _errors is not None else [None] * B
-        for i, ids in enumerate(id_lists):
-            if errors[i] is None:
-                errors[i] = self.check_ids(i + index_offset, ids)
-            if errors[i] is not None and not per_item:
-                raise InputError(errors[i])
-        good = [i for i in range(B) if errors[i] is None]
-        score = torch.full((B,), float("nan"), dtype=torch.float64)
-        z, p = score.clone(), score.clone()
-        n_scored = torch.zeros(B, dtype=torch.long)
-        method = ""
-        bar = None
-        if progress:
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=B, desc="detecting", unit="text")
-            bar.update(B - len(good))
-        for c0 in range(0, len(good), chunk):
-            sel = good[c0 : c0 + chunk]
-            ids, valid = pad_ids([id_lists[i] for i in sel])
-            s = self.scheme.score_ids(ids, valid)
-            idx = torch.tensor(sel, dtype=torch.long)
-            score[idx], z[idx], p[idx] = s.score.cpu().double(), s.z.cpu().double(), s.p_value.cpu().double()
-            n_scored[idx] = s.n_scored.cpu().long()
-            method = s.p_value_method
-            if bar is not None:
-                bar.update(len(sel))
-        if bar is not None:
-            bar.close()
-        lengths = torch.tensor([len(x) for x in id_lists], dtype=torch.long)
-        analytic, calibrated = self.thresholds(lengths)
-        thr, source, decide = self.decide(score, p, lengths, (analytic, calibrated))
-        decide = decide & torch.tensor([e is None for e in errors], dtype=torch.bool)
-        return DetectionResult(
-            score=score, z=z, p_value=p, threshold=thr, is_watermarked=decide,
-            n_tokens=lengths, threshold_source=source, alpha=self.alpha, key_fingerprint=self.key_fingerprint,
-            scheme=self.scheme.name, p_value_method=method, errors=errors if per_item else None,
-            tau_analytic=analytic, tau_calibrated=calibrated, n_scored=n_scored,
-        )
 
     def detect_batch(self, ids: torch.Tensor, valid: torch.Tensor | None = None) -> DetectionResult:
         """Detect in a padded batch: ids (B, N) int64, valid (B, N) bool (None: all valid).

@@ -9,18 +9,23 @@ leaves the previous file untouched; at worst a stray ``.<name>.*.tmp`` file rema
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import sys
 import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Iterable, Iterator
+
+import orjson
 
 from .errors import InputError
 
 __all__ = [
-    "read_texts", "read_records", "iter_record_chunks", "read_lines", "write_jsonl_atomic", "write_json_atomic", "write_text_atomic",
-    "atomic_write", "read_json_arg", "check_output_path",
+    "read_texts", "read_records", "iter_record_chunks", "INPUT_FORMATS", "sniff_format", "input_format", "RecordChunk",
+    "iter_input_chunks", "read_lines", "write_jsonl_atomic", "write_json_atomic", "write_text_atomic", "atomic_write",
+    "read_json_arg", "check_output_path",
 ]
 
 
@@ -39,7 +44,7 @@ def _input_file(path: str) -> Path:
 
 
 def _read_source(path: str) -> str:
-    """The UTF-8 text of a file, or of stdin for ``-``.
+    """The UTF-8 text of a file, or of stdin for ``-`` (a leading byte-order mark is dropped).
 
     Raises:
         InputError: missing path, a directory, unreadable file, or bytes that are not UTF-8.
@@ -49,13 +54,13 @@ def _read_source(path: str) -> str:
         if isinstance(data, str):
             return data
         try:
-            return data.decode("utf-8")
+            return data.decode("utf-8-sig")
         except UnicodeDecodeError as exc:
             raise InputError(f"standard input is not UTF-8 text (byte {exc.start}): convert it first, "
                              "e.g. with iconv -t UTF-8") from None
     p = _input_file(path)
     try:
-        return p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise InputError(f"input file {p} is not UTF-8 text (byte {exc.start}): convert it first, "
                          "e.g. with iconv -t UTF-8") from None
@@ -113,12 +118,12 @@ def iter_record_chunks(path: str, chunk: int = 4096) -> Iterator[list[dict[str, 
 
     if path == "-":
         raw = sys.stdin.buffer if hasattr(sys.stdin, "buffer") else None
-        fh = _io.TextIOWrapper(raw, encoding="utf-8") if raw is not None else sys.stdin
+        fh = _io.TextIOWrapper(raw, encoding="utf-8-sig") if raw is not None else sys.stdin
         where = "standard input"
     else:
         p = _input_file(path)
         try:
-            fh = open(p, encoding="utf-8")
+            fh = open(p, encoding="utf-8-sig")
         except OSError as exc:
             raise InputError(f"cannot read input file {p}: {exc.strerror or exc}") from None
         where = f"input file {p}"
@@ -157,6 +162,277 @@ def iter_record_chunks(path: str, chunk: int = 4096) -> Iterator[list[dict[str, 
                 fh.detach()  # leave the process's stdin open
         else:
             fh.close()
+
+
+#: ``--format`` of ``sketchwm detect``: ``auto`` detects by content (:func:`sniff_format`)
+INPUT_FORMATS = ("auto", "jsonl", "text", "parquet")
+_BOM = b"\xef\xbb\xbf"
+
+
+def sniff_format(head: bytes) -> str:
+    """The format of an input from its first bytes: ``parquet`` (magic ``PAR1``), ``jsonl`` (the first
+    character that is not white space, after an optional UTF-8 byte-order mark, is ``{``), else ``text``."""
+    if head.startswith(b"PAR1"):
+        return "parquet"
+    return "jsonl" if head.removeprefix(_BOM).lstrip().startswith(b"{") else "text"
+
+
+def input_format(path: str, fmt: str = "auto") -> str:
+    """``fmt``, or for ``auto`` the format of ``path`` by content (:func:`sniff_format` of its first
+    non-blank bytes; a directory: ``parquet`` when it holds ``*.parquet`` files, else ``jsonl``;
+    standard input: ``auto``, sniffed when read).
+
+    Raises:
+        InputError: an unknown format; a missing or unreadable path.
+    """
+    if fmt not in INPUT_FORMATS:
+        raise InputError(f"unknown input format {fmt!r}: use one of {', '.join(INPUT_FORMATS)}")
+    if fmt != "auto" or path == "-":
+        return fmt
+    p = Path(path)
+    if p.is_dir():
+        return "parquet" if any(p.glob("*.parquet")) else "jsonl"
+    p = _input_file(path)
+    try:
+        with open(p, "rb") as fh:
+            head = b""
+            while True:
+                block = fh.read(1 << 16)
+                head += block
+                if not block or head.startswith(b"PAR1") or head.removeprefix(_BOM).strip():
+                    return sniff_format(head)
+    except OSError as exc:
+        raise InputError(f"cannot read input file {p}: {exc.strerror or exc}") from None
+
+
+@dataclass
+class RecordChunk:
+    """Consecutive input records, as read for detection.
+
+    Attributes:
+        texts: the ``text`` of each record (None where the record has none).
+        errors: why a record cannot be detected (no string ``text``), else None, per record.
+        start: index of the first record in the whole input (0-based).
+        records: JSONL and text inputs: the records as dicts (every field kept).
+        table: Parquet inputs: the records as a ``pyarrow.Table`` (every column kept).
+    """
+
+    texts: list[Any]
+    errors: list[str | None]
+    start: int = 0
+    records: list[dict[str, Any]] | None = None
+    table: Any = None
+    _meta: list[dict[str, Any]] | None = field(default=None, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+    def meta(self) -> list[dict[str, Any]]:
+        """Per record, the fields that say how it was generated (``provenance``, ``config``,
+        ``tokenizer``), as dicts; a JSON string ``provenance`` (a Parquet column) is parsed."""
+        if self._meta is None:
+            if self.records is not None:
+                self._meta = self.records
+            else:
+                cols = {c: self.table.column(c).to_pylist() for c in ("provenance", "config", "tokenizer")
+                        if c in self.table.column_names}
+                rows = [dict(zip(cols, vals)) for vals in zip(*cols.values())] if cols else [{} for _ in self.texts]
+                for r in rows:
+                    for k in ("provenance", "config"):
+                        if isinstance(r.get(k), str):
+                            try:
+                                r[k] = json.loads(r[k])
+                            except json.JSONDecodeError:
+                                r[k] = None
+                self._meta = rows
+        return self._meta
+
+
+def _loads(line: bytes) -> Any:
+    """One JSON value: orjson, or the standard parser for what orjson refuses (NaN, huge integers).
+
+    Raises:
+        ValueError: not JSON (json.JSONDecodeError), or nested too deeply (RecursionError).
+    """
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return json.loads(line)
+
+
+def _parse_chunk(lines: list[bytes], numbers: list[int], start: int, path: str, strict: bool,
+                 text_field: str = "text") -> RecordChunk:
+    """Parse JSONL lines into a :class:`RecordChunk`; a line that is JSON but has no string ``text`` is
+    marked (or, with ``strict``, refused).
+
+    Raises:
+        InputError: a line that is not UTF-8 or not JSON (names its line number); with ``strict``, a
+            record without a string ``text``.
+    """
+    records, texts, errors = [], [], []
+    for no, ln in zip(numbers, lines):
+        try:
+            rec = _loads(ln)
+        except (ValueError, RecursionError) as exc:
+            try:
+                ln.decode("utf-8")
+            except UnicodeDecodeError as u:
+                raise InputError(f"{path}: line {no} is not UTF-8 text (byte {u.start} of it): convert it first, "
+                                 "e.g. with iconv -t UTF-8") from None
+            msg = getattr(exc, "msg", None) or "nested too deeply"
+            raise InputError(f"{path}: line {no} is not valid JSON ({msg}); is the file truncated?") from None
+        text = rec.get(text_field) if isinstance(rec, dict) else None
+        err = None
+        if not isinstance(text, str):
+            err = (f"line {no} has no string field {text_field!r}" if isinstance(rec, dict)
+                   else f"line {no} is not a JSON object")
+            if strict:
+                raise InputError(f"{path}: {err} (drop --strict to mark such records and detect the rest)")
+            text = None
+        records.append(rec if isinstance(rec, dict) else {})
+        texts.append(text)
+        errors.append(err)
+    return RecordChunk(texts, errors, start, records=records)
+
+
+def iter_input_chunks(path: str, fmt: str = "auto", chunk: int = 4096, strict: bool = False,
+                      text_field: str = "text") -> Iterator[RecordChunk]:
+    """The records of a detection input, ``chunk`` at a time, in bounded memory.
+
+    Formats (``fmt``): ``jsonl`` — one JSON object per line with a string ``text`` (other fields are
+    kept), read line by line and parsed with orjson; ``text`` — the whole input is one text;
+    ``parquet`` — a Parquet file with a string column ``text`` (other columns are kept), read one
+    row batch at a time; ``auto`` — :func:`sniff_format`. A UTF-8 byte-order mark is dropped. A JSONL
+    record, or a Parquet row, without a string ``text`` is marked in :attr:`RecordChunk.errors`
+    (with ``strict``: an error). Standard input (``-``) is read as a stream, except Parquet, which
+    is read whole (the format needs random access).
+
+    Raises:
+        InputError: missing, unreadable, empty or non-UTF-8 input; a JSONL line that is not JSON; a
+            Parquet file that cannot be read; with ``strict``, a record without a string ``text``.
+    """
+    if fmt not in INPUT_FORMATS:
+        raise InputError(f"unknown input format {fmt!r}: use one of {', '.join(INPUT_FORMATS)}")
+    if chunk < 1:
+        raise InputError(f"chunk must be a positive integer, got {chunk}")
+    if path == "-":
+        raw = getattr(sys.stdin, "buffer", None)
+        if raw is None:  # a text-mode stand-in without bytes (tests): encode it back
+            import io as _io
+
+            raw = _io.BytesIO(sys.stdin.read().encode("utf-8"))
+        fh, where, close = raw, "standard input", False
+    else:
+        p = _input_file(path)
+        try:
+            fh = open(p, "rb")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise InputError(f"cannot read input file {p}: {exc.strerror or exc}") from None
+        where, close = f"input file {p}", True
+    try:
+        try:
+            lines = iter(fh)
+            head_lines: list[bytes] = []
+            if fmt == "auto":  # sniff from the first non-blank line (Parquet: its magic bytes)
+                for ln in lines:
+                    head_lines.append(ln)
+                    if ln.removeprefix(_BOM).strip() or ln.startswith(b"PAR1"):
+                        break
+                fmt = sniff_format(b"".join(head_lines))
+            if fmt == "parquet":
+                yield from _parquet_chunks(fh, head_lines, path, where, chunk, strict, text_field)
+                return
+            if fmt == "text":
+                data = b"".join(head_lines) + fh.read()
+                head_lines.clear()
+                try:
+                    text = data.decode("utf-8-sig").strip()
+                except UnicodeDecodeError as exc:
+                    raise InputError(f"{where} is not UTF-8 text (byte {exc.start}): convert it first, "
+                                     "e.g. with iconv -t UTF-8") from None
+                del data  # the text only, while it is detected
+                if not text:
+                    raise InputError(f"input {path!r} is empty")
+                yield RecordChunk([text], [None], 0, records=[{"text": text}])
+                return
+            buf: list[bytes] = []
+            numbers: list[int] = []
+            start = 0
+            source = itertools.chain(head_lines, lines)
+            del head_lines  # the chain holds the sniffed lines until it has passed them
+            for no, ln in enumerate(source, 1):
+                if no == 1:
+                    ln = ln.removeprefix(_BOM)
+                if not ln.strip():
+                    continue
+                buf.append(ln)
+                numbers.append(no)
+                if len(buf) == chunk:
+                    parsed = _parse_chunk(buf, numbers, start, path, strict, text_field)
+                    start += len(buf)
+                    buf, numbers, ln = [], [], b""  # the raw lines are not kept while the chunk is detected
+                    yield parsed
+                    del parsed
+            if buf:
+                parsed = _parse_chunk(buf, numbers, start, path, strict, text_field)
+                buf, ln = [], b""
+                yield parsed
+            elif start == 0:
+                raise InputError(f"input {path!r} is empty")
+        except OSError as exc:
+            raise InputError(f"cannot read {where}: {exc.strerror or exc}") from None
+    finally:
+        if close:
+            fh.close()
+
+
+def _parquet_chunks(fh: Any, head: list[bytes], path: str, where: str, chunk: int, strict: bool,
+                    text_field: str) -> Iterator[RecordChunk]:
+    """Row batches of a Parquet input as :class:`RecordChunk` (see :func:`iter_input_chunks`)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        if head or not fh.seekable():  # standard input, or already partly read: Parquet needs random access
+            import io as _io
+
+            src: Any = _io.BytesIO(b"".join(head) + fh.read()) if not fh.seekable() else fh
+            if fh.seekable():
+                fh.seek(0)
+        else:
+            src = fh
+        pf = pq.ParquetFile(src)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise InputError(f"{where} is not a readable Parquet file ({_first_line(exc)})") from None
+    names = pf.schema_arrow.names
+    if pf.metadata.num_rows == 0:
+        raise InputError(f"input {path!r} is empty")
+    if text_field not in names and strict:
+        raise InputError(f"{path}: the Parquet file has no column {text_field!r} (columns: {', '.join(names)})")
+    start = 0
+    try:
+        for rb in pf.iter_batches(batch_size=chunk):
+            table = pa.Table.from_batches([rb])
+            n = table.num_rows
+            if text_field in names:
+                col = table.column(text_field)
+                texts = col.to_pylist() if pa.types.is_string(col.type) or pa.types.is_large_string(col.type) else [None] * n
+            else:
+                texts = [None] * n
+            errors: list[str | None] = [None if isinstance(t, str) else f"row {start + i + 1} has no string field {text_field!r}"
+                                        for i, t in enumerate(texts)]
+            if strict:
+                bad = next((e for e in errors if e is not None), None)
+                if bad is not None:
+                    raise InputError(f"{path}: {bad} (drop --strict to mark such records and detect the rest)")
+            yield RecordChunk(texts, errors, start, table=table)
+            start += n
+    except (pa.ArrowException, OSError) as exc:
+        raise InputError(f"{where}: cannot read Parquet row group ({_first_line(exc)})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def read_texts(path: str) -> list[str]:

@@ -21,8 +21,13 @@ def _run(name: str, argv: list[str], capsys) -> dict:
 
 @pytest.mark.usefixtures("one_thread")
 def test_perf_detect_attribution_embedding_smoke(capsys):
-    d = _run("perf_detect", ["--tokens", "8192", "--length", "64", "--vocab", "2000", "--repeats", "1", "--device", "cpu"], capsys)
+    d = _run("perf_detect", ["--tokens", "8192", "--length", "64", "--vocab", "2000", "--repeats", "1", "--device", "cpu",
+                             "--text-mb", "0.02", "--text-repeats", "1"], capsys)
     assert d["tokens"] == 8192 and d["tokens_per_s"] > 0 and d["score_tokens_per_s"] > 0 and d["unigram_tokens_per_s"] > 0
+    assert d["lists_tokens_per_s"] > 0 and d["text"]["mb"] >= 0.02
+    assert set(d["text"]["ratio_to_tokenizer"]) == {"tokenizer", "encode_batch_fast", "Watermarker.detect",
+                                                    "sketchwm detect jsonl", "sketchwm detect parquet"}
+    assert set(d["text"]["ratio_to_tokenizer_less_startup"]) == {"sketchwm detect jsonl", "sketchwm detect parquet"}
     a = _run("perf_attribution", ["--keys", "300", "--vocab", "2000", "--repeats", "1", "--device", "cpu"], capsys)
     assert a["keys"] == 300 and a["bank_mb"] == round(300 * 1024 / 8 / 1e6, 2) and a["ms"] > 0
     e = _run("perf_embedding", ["--positions", "8", "--vocab", "2000", "--repeats", "1", "--device", "cpu"], capsys)

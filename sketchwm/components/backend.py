@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import weakref
 from abc import abstractmethod
 from typing import Any, Sequence
 
@@ -14,10 +15,29 @@ __all__ = ["DLMBackend", "tokenizer_fingerprint"]
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:
-    """16-hex SHA-256 of a tokenizer's vocabulary (token → id), used to refuse a wrong tokenizer."""
+    """16-hex SHA-256 of a tokenizer's vocabulary (token → id), used to refuse a wrong tokenizer.
+
+    Computed once per tokenizer object and vocabulary size (a vocabulary of 10^5 tokens takes a
+    noticeable part of a command's start-up; adding tokens changes the size and recomputes it).
+    """
+    size = len(tokenizer) if hasattr(tokenizer, "__len__") else None
+    try:
+        cached = _FINGERPRINTS.get(tokenizer)
+    except TypeError:  # not weak-referenceable
+        cached = None
+    if cached is not None and cached[0] == size:
+        return cached[1]
     vocab = tokenizer.get_vocab()
     blob = "\n".join(f"{t}\t{i}" for t, i in sorted(vocab.items(), key=lambda kv: kv[1]))
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+    fp = hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+    try:
+        _FINGERPRINTS[tokenizer] = (size, fp)
+    except TypeError:
+        pass
+    return fp
+
+
+_FINGERPRINTS: "weakref.WeakKeyDictionary[Any, tuple[int | None, str]]" = weakref.WeakKeyDictionary()
 
 
 class DLMBackend(Component):

@@ -76,7 +76,7 @@ class Strength:
         """Whether there is a knob to sweep."""
         return self.field is not None
 
-    def value_of(self, params: StrictModel) -> float | None:
+    def value_of(self, params: Any) -> float | None:
         """The knob's value in validated ``params`` (None without a knob or when the path is absent)."""
         if self.field is None:
             return None

@@ -117,12 +117,13 @@ def distinct_token_sums(ids: torch.Tensor, valid: torch.Tensor, values: torch.Te
     acc = np.int64 if integral else np.float64
 
     def run(lo: int, hi: int) -> None:
-        buf = np.empty((chunk, N), np.int32)  # reused per chunk: stays in cache
-        first = np.ones((chunk, N), bool)
-        cv = np.empty((chunk, N), vals_np.dtype)
-        kv = np.empty((chunk, N), np.int8)
-        for i in range(lo, hi, chunk):
-            r = min(chunk, hi - i)
+        step = max(1, min(chunk, hi - lo, (1 << 20) // max(N, 1)))  # rows per buffer: no more than needed, ~1M cells
+        buf = np.empty((step, N), np.int32)  # reused per chunk: stays in cache
+        first = np.ones((step, N), bool)
+        cv = np.empty((step, N), vals_np.dtype)
+        kv = np.empty((step, N), np.int8)
+        for i in range(lo, hi, step):
+            r = min(step, hi - i)
             b, f, c, k = buf[:r], first[:r], cv[:r], kv[:r]
             np.copyto(b, ids_np[i:i + r], casting="unsafe")
             if not all_valid:

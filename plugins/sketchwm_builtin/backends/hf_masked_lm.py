@@ -112,14 +112,36 @@ class HFMaskedLMBackend(DLMBackend):
     def __init__(self, params: Any = None, *, model: Any = None, tokenizer: Any = None):
         self.params = params if isinstance(params, HFBackendParams) else self.parse_params(params)
         self.device = resolve_device(self.params.device)
+        self._weights = (self.params.path, getattr(self.params, "dtype", "float32"))  # read by the first use of .model
         if model is None or tokenizer is None:
             model, tokenizer = self._load(self.params.path)
-        self.model = model.to(self.device).eval()
+        self._model = model.to(self.device).eval() if model is not None else None
         self.tokenizer = tokenizer
         self._setup()
 
+    @property
+    def model(self) -> Any:
+        """The ``transformers`` model, its weights read on first use: detection, which needs only the
+        tokenizer and the vocabulary size, never loads them.
+
+        Raises:
+            ModelFileError: the weights cannot be loaded.
+        """
+        if self._model is None:
+            self._model = self._load_model(*self._weights).to(self.device).eval()
+        return self._model
+
+    @model.setter
+    def model(self, value: Any) -> None:
+        self._model = value
+
     def _load(self, path: str) -> tuple[Any, Any]:
-        from transformers import AutoModelForMaskedLM, AutoTokenizer
+        """(None, tokenizer) from the checkpoint directory ``path``; the weights wait for :attr:`model`.
+
+        Raises:
+            ModelFileError: no such directory, or the tokenizer or configuration cannot be read.
+        """
+        from transformers import AutoConfig, AutoTokenizer
 
         if not path or not os.path.isdir(path):
             raise ModelFileError(f"{self.name}: model directory not found: {path!r} (params.path must be a local directory)")
@@ -127,13 +149,24 @@ class HFMaskedLMBackend(DLMBackend):
         quiet_transformers()
         try:
             tok = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForMaskedLM.from_pretrained(path, dtype=_DTYPES[self.params.dtype])
+            self._config = AutoConfig.from_pretrained(path)
         except Exception as exc:  # noqa: BLE001
             raise ModelFileError(f"{self.name}: cannot load model from {path}: {exc}") from exc
-        return model, tok
+        return None, tok
+
+    def _load_model(self, path: str, dtype: str) -> Any:
+        """The masked LM's weights from ``path`` in ``dtype`` (see :attr:`model`)."""
+        from transformers import AutoModelForMaskedLM
+
+        quiet_transformers()
+        try:
+            return AutoModelForMaskedLM.from_pretrained(path, dtype=_DTYPES[dtype])
+        except Exception as exc:  # noqa: BLE001
+            raise ModelFileError(f"{self.name}: cannot load model from {path}: {exc}") from exc
 
     def _setup(self) -> None:
-        tok, cfg = self.tokenizer, self.model.config
+        tok = self.tokenizer
+        cfg = self._model.config if self._model is not None else self._config
         if getattr(tok, "mask_token_id", None) is None:
             raise ConfigError(f"{self.name}: tokenizer has no mask token")
         self.mask_token_id = int(tok.mask_token_id)
@@ -141,7 +174,7 @@ class HFMaskedLMBackend(DLMBackend):
         self.eos_token_id = None  # masked LMs have no end-of-text token: fixed-length generation
         self.banned_token_ids = sorted(set(special_token_ids(tok, self.vocab_size)) | set(padded_row_ids(tok, self.vocab_size)))
         self.max_length = int(self.params.max_length or getattr(cfg, "max_position_embeddings", 512))
-        self.model_id = f"{self.name}:{checkpoint_name(self.params.path, self.model)}"
+        self.model_id = f"{self.name}:{checkpoint_name(self.params.path, self._model)}"
         self.sampler_defaults = {}
 
     @property

@@ -1,0 +1,241 @@
+"""The detector's input paths: texts, streams of texts and lists of token ids, batched without a Python
+loop over texts (one flat concatenation with offsets, padded by index arithmetic) and scored in
+length-sorted groups while the next piece is read or tokenised (:mod:`sketchwm.batching`).
+:class:`InputPaths` is the part of :class:`sketchwm.detection.Detector` that turns input into padded
+batches; the decision rule, thresholds and calibration stay in :mod:`sketchwm.detection`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from .batching import flatten_ids, length_groups, pad_flat, prefetch
+from .detection_result import DetectionResult
+from .errors import InputError
+
+
+_POOL: list[Any] = []  # the one scoring thread (built on first use)
+
+
+def _done(value: Any) -> Any:
+    """A finished future holding ``value``."""
+    from concurrent.futures import Future
+
+    f: Future = Future()
+    f.set_result(value)
+    return f
+
+
+def _score_pool() -> Any:
+    """One worker thread that scores while the caller reads the next piece of ids (created on first use)."""
+    if not _POOL:
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL.append(ThreadPoolExecutor(1, thread_name_prefix="sketchwm-score"))
+    return _POOL[0]
+
+
+class InputPaths:
+    """Input paths of :class:`sketchwm.detection.Detector` (a mixin: it reads the detector's ``scheme``,
+    ``tokenizer``, ``thresholds`` and ``decide``)."""
+
+    def detect(self, texts: Sequence[str], *, per_item: bool = False, progress: bool = False,
+               index_offset: int = 0, batch: int = 2048) -> DetectionResult:
+        """Detect in texts (see :meth:`detect_ids`), tokenising the next ``batch`` texts in a background
+        thread while the current ones are scored (:meth:`detect_stream`).
+
+        Args:
+            per_item: False raises on the first text that cannot be scored; True scores the others and
+                records the reason in ``DetectionResult.errors`` (batch use: one result per text).
+            progress: a tqdm bar counting texts (on stderr).
+            index_offset: added to the text indices named in error messages (a chunk of a stream).
+            batch: texts per tokenisation call.
+
+        Raises:
+            InputError: a single string instead of a list; without ``per_item``, a text that cannot be
+                scored.
+        """
+        if isinstance(texts, str):
+            raise InputError("detect expects a list of texts, got a single string")
+        if len(texts) == 0:
+            raise InputError("no texts to detect")
+        if not per_item:
+            for i, t in enumerate(texts):
+                if not isinstance(t, str) or not t.strip():
+                    raise InputError(f"text {i + index_offset} is empty")
+        parts = [texts[i : i + batch] for i in range(0, len(texts), batch)]
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(texts), desc="detecting", unit="text")
+        try:
+            out = []
+            for res in self.detect_stream(parts, per_item=per_item, index_offset=index_offset):
+                out.append(res)
+                if bar is not None:
+                    bar.update(len(res))
+        finally:
+            if bar is not None:
+                bar.close()
+        return DetectionResult.concat(out)
+
+    def detect_stream(self, batches: "Iterable[Sequence[Any]]", *, per_item: bool = True, index_offset: int = 0,
+                      errors: "Iterable[Sequence[str | None] | None] | None" = None) -> Iterator[DetectionResult]:
+        """Detect batch after batch of texts, tokenising batch k+1 in a background thread while batch k
+        is scored (the fast tokenizer releases the GIL), one :class:`DetectionResult` per batch.
+
+        Args:
+            batches: an iterable of text lists (read lazily, one ahead of tokenisation).
+            per_item: as for :meth:`detect`; an item that is not a non-empty string is an error.
+            index_offset: index of the first text, for error messages (counted on across batches).
+            errors: per batch, reasons known before tokenisation (e.g. a record without a text), or
+                None; such texts are not tokenised and are reported with that reason.
+
+        Raises:
+            InputError: without ``per_item``, the first text that cannot be scored.
+        """
+        errs_iter = iter(errors) if errors is not None else itertools.repeat(None)
+
+        def tokenized() -> Iterator[tuple[int, list[list[int]], list[str | None]]]:
+            off = index_offset
+            for texts, errs in zip(batches, errs_iter):
+                lists, errs = self._tokenize_items(texts, off, errs)
+                yield off, lists, errs
+                off += len(texts)
+
+        for off, lists, errs in prefetch(tokenized(), depth=2):
+            yield self.detect_ids(lists, per_item=per_item, index_offset=off, _errors=errs)
+
+    def check_flat(self, flat: np.ndarray, lengths: np.ndarray, index_offset: int = 0) -> list[str | None] | None:
+        """:meth:`check_ids` of every text of a flat concatenation, vectorised: None when all can be
+        scored, else one reason (or None) per text.
+
+        Args:
+            flat: (T,) int64 ids; lengths: (B,) int64 (see :func:`sketchwm.batching.flatten_ids`).
+        """
+        V, m = self.scheme.vocab_size, self.scheme.min_tokens
+        B = len(lengths)
+        lo = np.zeros(B, np.int64)
+        hi = np.zeros(B, np.int64)
+        nonempty = np.flatnonzero(lengths > 0)
+        if len(nonempty):  # per-text min and max over consecutive segments of flat
+            starts = (np.cumsum(lengths) - lengths)[nonempty]
+            lo[nonempty] = np.minimum.reduceat(flat, starts)
+            hi[nonempty] = np.maximum.reduceat(flat, starts)
+        bad = (lengths < m) | (lengths == 0) | (lo < 0) | (hi >= V)  # (B,) bool
+        if not bad.any():
+            return None
+        errors: list[str | None] = [None] * B
+        for i in np.flatnonzero(bad).tolist():  # the bad texts only
+            n, j = int(lengths[i]), i + index_offset
+            if n == 0:
+                errors[i] = f"text {j} is empty"
+            elif n < m:
+                errors[i] = f"text {j} has {n} tokens; at least {m} are needed for detection"
+            else:
+                errors[i] = f"text {j} has token id {int(hi[i]) if hi[i] >= V else int(lo[i])} outside the vocabulary [0, {V})"
+        return errors
+
+    def detect_ids(
+        self, id_lists: "Sequence[Sequence[int]] | torch.Tensor", *, per_item: bool = False, progress: bool = False,
+        chunk: int = 1024, index_offset: int = 0, _errors: list[str | None] | None = None,
+    ) -> DetectionResult:
+        """Detect in token-id lists.
+
+        The lists are concatenated into one flat array (one C-level pass, no per-text tensors), checked
+        vectorised, sorted by length and cut into groups of at most ``chunk`` texts and 2^21 padded
+        cells, each padded by index arithmetic and scored in one vectorised call
+        (:mod:`sketchwm.batching`).
+
+        Args:
+            id_lists: B lists (or arrays) of token ids; a (B, N) int64 tensor (every entry a token)
+                goes to :meth:`detect_batch`.
+            per_item: see :meth:`detect`; unscored texts get NaN statistics, ``is_watermarked`` False
+                and their reason in ``errors``.
+            progress: a tqdm bar counting texts.
+            chunk: at most this many texts per vectorised scoring call (bounds memory).
+            index_offset: added to the text indices named in error messages.
+
+        A (B, N) int64 tensor (every entry a token) goes to :meth:`detect_batch`.
+
+        The minimum-length rule applies to the text's length in tokens (``n_tokens``), not to the
+        number of tokens the statistic scores (``n_scored``).
+
+        Raises:
+            InputError: no texts; ids that are not integers; without ``per_item``, an empty or too-short text (fewer than
+                ``scheme.min_tokens`` tokens of text) or ids outside [0, V).
+        """
+        if torch.is_tensor(id_lists):  # a pre-tokenised (B, N) batch, every entry a token
+            return self.detect_batch(id_lists)
+        B = len(id_lists)
+        if B == 0:
+            raise InputError("no texts to detect")
+        errors: list[str | None] = list(_errors) if _errors is not None else [None] * B
+        score = torch.full((B,), float("nan"), dtype=torch.float64)
+        z, p = score.clone(), score.clone()
+        lengths = np.zeros(B, np.int64)
+        n_scored = torch.zeros(B, dtype=torch.long)
+        ok = np.ones(B, dtype=bool)
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=B, desc="detecting", unit="text")
+        # pieces of the input in order: piece k+1 is read into an int64 array (holding the GIL) while
+        # piece k is scored in a worker thread (numpy and torch release the GIL)
+        step = max(chunk, -(-B // 4))
+        futures = []
+        try:
+            for a in range(0, B, step):
+                b = min(B, a + step)
+                flat, lens = flatten_ids(id_lists[a:b])  # (T,), (b - a,)
+                lengths[a:b] = lens
+                found = self.check_flat(flat, lens, index_offset + a)
+                if found is not None:
+                    errors[a:b] = [e if e is not None else f for e, f in zip(errors[a:b], found)]
+                if found is not None or _errors is not None:
+                    ok[a:b] = [e is None for e in errors[a:b]]
+                if not per_item and not ok[a:b].all():
+                    raise InputError(next(e for e in errors[a:b] if e is not None))
+                good = np.flatnonzero(ok[a:b])  # indices within the piece
+                if b - a == B:  # one piece: nothing to overlap, score here
+                    futures.append(_done(self._score_piece(flat, lens, good, a, chunk, score, z, p, n_scored)))
+                else:
+                    futures.append(_score_pool().submit(self._score_piece, flat, lens, good, a, chunk, score, z, p, n_scored))
+        finally:
+            done = [f.result() for f in futures]  # scoring errors surface here
+        method = next((m for m in reversed(done) if m), "")
+        if bar is not None:
+            bar.update(B)
+            bar.close()
+        lengths_t = torch.from_numpy(lengths)
+        analytic, calibrated = self.thresholds(lengths_t)
+        thr, source, decide = self.decide(score, p, lengths_t, (analytic, calibrated))
+        decide = decide & torch.from_numpy(ok)
+        return DetectionResult(
+            score=score, z=z, p_value=p, threshold=thr, is_watermarked=decide,
+            n_tokens=lengths_t, threshold_source=source, alpha=self.alpha, key_fingerprint=self.key_fingerprint,
+            scheme=self.scheme.name, p_value_method=method, errors=errors if per_item else None,
+            tau_analytic=analytic, tau_calibrated=calibrated, n_scored=n_scored,
+        )
+
+    def _score_piece(self, flat: np.ndarray, lengths: np.ndarray, good: np.ndarray, start: int, chunk: int,
+                     score: torch.Tensor, z: torch.Tensor, p: torch.Tensor, n_scored: torch.Tensor) -> str:
+        """Score texts ``good`` of a flat piece (lengths (b,)) in length-sorted groups; write their
+        statistics at ``start + index`` of the (B,) outputs; return the p-value method ("" if none)."""
+        method = ""
+        offsets = np.cumsum(lengths) - lengths
+        for g in length_groups(lengths[good], max_texts=chunk):
+            sel = good[g]  # (b,) text indices in the piece, similar lengths
+            ids, valid = pad_flat(flat, lengths, sel, offsets)  # (b, N) int64, (b, N) bool
+            s = self.scheme.score_ids(ids, valid)
+            idx = torch.from_numpy(sel + start)
+            score[idx], z[idx], p[idx] = s.score.cpu().double(), s.z.cpu().double(), s.p_value.cpu().double()
+            n_scored[idx] = s.n_scored.cpu().long()
+            method = s.p_value_method
+        return method

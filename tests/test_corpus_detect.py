@@ -1,0 +1,223 @@
+"""Detection at corpus scale: input formats (JSONL with a byte-order mark, plain text starting with '{',
+Parquet), per-record marking of bad records, output files that keep every input field, the
+vectorised id batching and the windowed tokenisation of long texts.
+
+Runs the CLI's ``main()`` in-process on the tiny random BERT saved to a directory (see ``cli_tiny``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from cli_tiny import GEN_SMALL, save_tiny_model, tiny_args
+from sketchwm.cli import main
+
+NON_DEFAULT = {"sketch": {"name": "count-sketch", "params": {"d": 2, "w": 64, "counting": "presence"}}, "delta": 1.5}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="module")
+def keyfile(tmp_path_factory):
+    k = tmp_path_factory.mktemp("key") / "wm.key"
+    assert main(["keygen", "--out", str(k)]) == 0
+    return k
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory, model_dir, keyfile):
+    """4 watermarked texts generated with a NON-default scheme configuration (seed 5)."""
+    out = tmp_path_factory.mktemp("gen") / "gen.jsonl"
+    code = main(["generate", "--key", str(keyfile), "--prompt", "the water", "--prompt", "one day", "--prompt", "we can",
+                 "--prompt", "a man said", "--seed", "5", "--out", str(out), *GEN_SMALL, *tiny_args(model_dir, **NON_DEFAULT)])
+    assert code == 0
+    return out
+
+
+def run(capsys, *args):
+    code = main([str(a) for a in args])
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def json_rows(out: str) -> list[dict]:
+    return [json.loads(x) for x in out.splitlines()]
+
+
+def test_bom_prefixed_jsonl_keeps_records_and_their_configuration(tmp_path, keyfile, generated, capsys):
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + generated.read_bytes())
+    code, out, err = run(capsys, "detect", "--key", keyfile, "--input", bom, "--json")
+    assert code == 0, err
+    rows = json_rows(out)
+    assert len(rows) == 4 and all(r["is_watermarked"] for r in rows)  # the recorded (non-default) configuration
+    assert rows[0]["provenance"]["config_source"] == "records"
+    _, plain, _ = run(capsys, "detect", "--key", keyfile, "--input", generated, "--json")
+    assert [r["score"] for r in rows] == [r["score"] for r in json_rows(plain)]
+    # the output file keeps every field of every record
+    dst = tmp_path / "out.jsonl"
+    code, _, err = run(capsys, "detect", "--key", keyfile, "--input", bom, "--out", dst)
+    assert code == 0, err and "wrote 4 results" in err
+    recs = [json.loads(x) for x in generated.read_text().splitlines()]
+    outs = [json.loads(x) for x in dst.read_text().splitlines()]
+    for r, o in zip(recs, outs):
+        assert {k: o[k] for k in r if k != "n_tokens"} == {k: v for k, v in r.items() if k != "n_tokens"}
+        assert o["status"] == "ok" and o["is_watermarked"] and o["detection"]["config_source"] == "records"
+
+
+def test_format_text_reads_a_text_starting_with_a_brace(tmp_path, keyfile, model_dir, capsys):
+    from sketchwm.testing import tiny_texts
+
+    p = tmp_path / "brace.txt"
+    p.write_text("{ " + tiny_texts(1, 60, seed=1)[0] + "\n")
+    code, _, err = run(capsys, "detect", "--key", keyfile, "--input", p, *tiny_args(model_dir))
+    assert code == 2 and "not valid JSON" in err  # auto: looks like JSONL
+    code, out, err = run(capsys, "detect", "--key", keyfile, "--input", p, "--format", "text", "--json", *tiny_args(model_dir))
+    assert code == 0, err
+    rows = json_rows(out)
+    assert len(rows) == 1 and rows[0]["status"] == "ok" and rows[0]["n_tokens"] >= 16
+
+
+def test_record_without_text_is_marked_and_the_rest_detected(tmp_path, keyfile, generated, capsys):
+    recs = [json.loads(x) for x in generated.read_text().splitlines()]
+    bad = dict(recs[1])
+    del bad["text"]
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join(json.dumps(r) + "\n" for r in [recs[0], bad, {**recs[2], "text": 7}, recs[3]]))
+    code, out, err = run(capsys, "detect", "--key", keyfile, "--input", mixed, "--json", "--chunk-size", "3")
+    assert code == 0, err
+    rows = json_rows(out)
+    assert [r["status"] for r in rows] == ["ok", "error", "error", "ok"]
+    assert "line 2 has no string field 'text'" in rows[1]["error"] and rows[1]["score"] is None
+    assert "line 3" in rows[2]["error"]
+    assert rows[0]["is_watermarked"] and rows[3]["is_watermarked"]
+    code, out, err = run(capsys, "detect", "--key", keyfile, "--input", mixed, "--json", "--strict")
+    assert code == 2 and "line 2 has no string field 'text'" in err and "--strict" in err
+    dst = tmp_path / "mixed.parquet"
+    code, _, err = run(capsys, "detect", "--key", keyfile, "--input", mixed, "--out", dst)
+    assert code == 0, err
+    t = pq.read_table(dst)
+    assert t.column("status").to_pylist() == ["ok", "error", "error", "ok"]
+    assert t.column("error").to_pylist()[1] == "the record has no string field 'text'"
+    assert t.column("text").to_pylist() == [recs[0]["text"], None, "7", recs[3]["text"]]  # mixed types: a string column
+
+
+def test_parquet_in_and_out_keep_every_column_and_match_jsonl(tmp_path, keyfile, generated, capsys):
+    recs = [json.loads(x) for x in generated.read_text().splitlines()]
+    src = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": [10, 11, 12, 13], "text": [r["text"] for r in recs],
+                             "provenance": [json.dumps(r["provenance"]) for r in recs],
+                             "tokenizer": [r["tokenizer"] for r in recs], "ts": pa.array([1.5, 2.5, None, 4.0])}), src)
+    dst = tmp_path / "out.parquet"
+    code, _, err = run(capsys, "detect", "--key", keyfile, "--input", src, "--out", dst, "--chunk-size", "3")
+    assert code == 0, err
+    t = pq.read_table(dst)
+    assert t.column_names[:5] == ["id", "text", "provenance", "tokenizer", "ts"]
+    assert t.column("id").to_pylist() == [10, 11, 12, 13] and t.column("ts").to_pylist() == [1.5, 2.5, None, 4.0]
+    assert all(t.column("is_watermarked").to_pylist())  # configuration read from the provenance column
+    det = json.loads(t.column("detection")[0].as_py())
+    assert det["config_source"] == "records" and det["key_fingerprint"] and "created" in det
+    assert json.loads(t.schema.metadata[b"sketchwm.detection"]) == det
+    _, out, _ = run(capsys, "detect", "--key", keyfile, "--input", generated, "--json")
+    assert t.column("score").to_pylist() == [r["score"] for r in json_rows(out)]
+    back = tmp_path / "back.jsonl"  # Parquet in, JSONL out
+    code, _, err = run(capsys, "detect", "--key", keyfile, "--input", src, "--out", back)
+    assert code == 0, err
+    rows = [json.loads(x) for x in back.read_text().splitlines()]
+    assert [r["id"] for r in rows] == [10, 11, 12, 13] and [r["score"] for r in rows] == t.column("score").to_pylist()
+
+
+def test_failed_detect_leaves_the_output_untouched(tmp_path, keyfile, model_dir, capsys):
+    p = tmp_path / "short.jsonl"
+    p.write_text(json.dumps({"text": "too short"}) + "\n")
+    dst = tmp_path / "keep.parquet"
+    dst.write_bytes(b"precious")
+    code, _, err = run(capsys, "detect", "--key", keyfile, "--input", p, "--out", dst, *tiny_args(model_dir))
+    assert code == 2 and "at least" in err and dst.read_bytes() == b"precious"
+
+
+# ---------------------------------------------------------------- batching
+def test_detect_ids_on_lists_equals_detect_batch_and_marks_bad_texts(tiny, key):
+    from sketchwm.api import Watermarker
+    from sketchwm.batching import pad_ids
+
+    wm = Watermarker(key, {"scheme": {"name": "global-sketch", "params": {"prior": {"source": "uniform"}}}}, backend=tiny)
+    det = wm.detector()
+    g = torch.Generator().manual_seed(0)
+    V = wm.scheme.vocab_size
+    lists = [torch.randint(0, V, (int(n),), generator=g).tolist() for n in torch.randint(16, 90, (40,), generator=g)]
+    ids, valid = pad_ids(lists)
+    a, b = det.detect_ids(lists, chunk=7), det.detect_batch(ids, valid)
+    torch.testing.assert_close(a.score, b.score)
+    assert torch.equal(a.is_watermarked, b.is_watermarked) and torch.equal(a.n_tokens, b.n_tokens)
+    bad = list(lists)
+    bad[3], bad[5], bad[8] = [], [1, 2], [0] * 20 + [V]
+    r = det.detect_ids(bad, per_item=True, index_offset=100)
+    assert r.errors[3] == "text 103 is empty" and "text 105 has 2 tokens" in r.errors[5]
+    assert f"token id {V} outside the vocabulary" in r.errors[8]
+    ok = [i for i in range(40) if i not in (3, 5, 8)]
+    torch.testing.assert_close(r.score[ok], a.score[ok])
+    assert torch.isnan(r.score[[3, 5, 8]]).all() and not r.is_watermarked[[3, 5, 8]].any()
+
+
+def test_pad_ids_handles_ragged_empty_and_arrays():
+    from sketchwm.batching import length_groups, pad_ids
+
+    ids, valid = pad_ids([[5, 6, 7], [], [1], np.array([9, 8])])
+    assert ids.tolist() == [[5, 6, 7], [0, 0, 0], [1, 0, 0], [9, 8, 0]] and valid.sum(1).tolist() == [3, 0, 1, 2]
+    lengths = np.array([5, 1000, 3, 7, 2000, 4])
+    groups = length_groups(lengths, max_texts=3, max_cells=2100)
+    assert sorted(np.concatenate(groups).tolist()) == list(range(6))
+    assert all(len(g) == 1 or len(g) * lengths[g].max() <= 2100 for g in groups) and all(len(g) <= 3 for g in groups)
+
+
+@pytest.mark.parametrize("which", ["tiny", "default"])
+def test_long_text_windows_give_the_ids_of_the_whole_text(which, default_tokenizer):
+    from sketchwm.batching import TextEncoder
+    from sketchwm.testing import tiny_texts, tiny_tokenizer
+
+    tok = tiny_tokenizer() if which == "tiny" else default_tokenizer
+    text = "\n".join(tiny_texts(300, 40, seed=2)) + " Ünïcode, ‘quotes’ and  double  spaces."
+    whole = tok(text, add_special_tokens=False)["input_ids"]
+    short = [tok(t, add_special_tokens=False)["input_ids"] for t in ("a short one", text[:100])]
+    assert len(text) > 10 * 4096
+    before = tok.backend_tokenizer.truncation
+    got = TextEncoder(tok, window=4096, overlap=512).encode([text, "a short one", text[:100]])
+    assert [list(x) for x in got] == [whole, *short]
+    assert tok.backend_tokenizer.truncation == before  # the caller's tokenizer is left as it was
+
+
+def test_prefetch_propagates_errors_and_stops_early():
+    from sketchwm.batching import prefetch
+
+    def gen():
+        yield 1
+        yield 2
+        raise ValueError("boom")
+
+    it = prefetch(gen())
+    assert next(it) == 1 and next(it) == 2
+    with pytest.raises(ValueError, match="boom"):
+        next(it)
+    seen = []
+
+    def endless():
+        i = 0
+        while True:
+            seen.append(i)
+            yield i
+            i += 1
+
+    for x in prefetch(endless(), depth=2):
+        if x == 3:
+            break
+    assert len(seen) < 10
