@@ -74,16 +74,14 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-_MULTI_REGIME = False  # set per build: whether row names carry the regime
-
-
-def _row_name(r: pd.Series, multi_length: bool) -> str:
+def _row_name(r: pd.Series, multi_length: bool, multi_regime: bool) -> str:
+    """A table row's name: the scheme, with the length and the regime when the results hold several."""
     name = f"{r['scheme']} (L={int(r['length'])})" if multi_length else str(r["scheme"])
-    return f"{name} · {r['regime']}" if _MULTI_REGIME else name
+    return f"{name} · {r['regime']}" if multi_regime else name
 
 
-def _pivot(rows: pd.DataFrame, col: pd.Series, multi_length: bool, order: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    rows = rows.assign(_row=[_row_name(r, multi_length) for _, r in rows.iterrows()], _col=col.values)
+def _pivot(rows: pd.DataFrame, col: pd.Series, multi: tuple[bool, bool], order: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    rows = rows.assign(_row=[_row_name(r, *multi) for _, r in rows.iterrows()], _col=col.values)
     mean = rows.pivot_table(index="_row", columns="_col", values="mean", aggfunc="mean", dropna=False)
     std = rows.pivot_table(index="_row", columns="_col", values="std", aggfunc="mean", dropna=False)
     cols = [c for c in dict.fromkeys(rows["_col"]) if c in mean.columns]
@@ -122,8 +120,8 @@ def best_rows(t: "Table", col: str) -> set[str]:
 
 def tables(agg: pd.DataFrame) -> list[Table]:
     """The leaderboard tables (see module doc) from :func:`aggregate` output."""
-    multi = agg["length"].nunique() > 1
-    order = list(dict.fromkeys(_row_name(r, multi) for _, r in agg.iterrows()))
+    multi = (agg["length"].nunique() > 1, "regime" in agg and agg["regime"].nunique() > 1)  # (lengths, regimes)
+    order = list(dict.fromkeys(_row_name(r, *multi) for _, r in agg.iterrows()))
     out: list[Table] = []
 
     def make(task: str, title: str, rows: pd.DataFrame, col: pd.Series) -> None:
@@ -375,11 +373,9 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
     Returns:
         the paths written. Raises InputError: no results.
     """
-    global _MULTI_REGIME
     df = _with_regime(read_results(results))
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    _MULTI_REGIME = df["regime"].nunique() > 1
     agg = aggregate(df)
     tabs = tables(agg)
     colours = scheme_colours(list(df["curve"].astype(str).unique()))
