@@ -45,3 +45,42 @@ def subprocess_env() -> dict[str, str]:
 
 def cli_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "sketchwm.cli", *args]
+
+
+# ---------------------------------------------------------------- shared fixtures of the in-process CLI tests
+import pytest  # noqa: E402
+
+from sketchwm.cli import main  # noqa: E402
+
+
+NON_DEFAULT = {"sketch": {"name": "count-sketch", "params": {"d": 2, "w": 64, "counting": "presence"}}, "delta": 1.5}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="module")
+def keyfile(tmp_path_factory):
+    k = tmp_path_factory.mktemp("key") / "wm.key"
+    assert main(["keygen", "--out", str(k)]) == 0
+    return k
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory, model_dir, keyfile):
+    """4 watermarked texts generated with a NON-default scheme configuration (seed 5)."""
+    out = tmp_path_factory.mktemp("gen") / "gen.jsonl"
+    code = main(["generate", "--key", str(keyfile), "--prompt", "the water", "--prompt", "one day", "--prompt", "we can",
+                 "--prompt", "a man said", "--seed", "5", "--out", str(out), *GEN_SMALL, *tiny_args(model_dir, **NON_DEFAULT)])
+    assert code == 0
+    return out
+
+
+def run(capsys, *args):
+    """Run the CLI in-process: (exit code, stdout, stderr)."""
+
+    code = main([str(a) for a in args])
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err

@@ -1,4 +1,4 @@
-"""The CLI as users meet it (issue 16): one error path, per-item results, keys, provenance, explanations.
+"""The CLI as users meet it: one error path, per-item results, keys, provenance, explanations.
 
 Runs the CLI's ``main()`` in-process on the tiny random BERT saved to a directory (see ``cli_tiny``).
 """
@@ -14,39 +14,9 @@ import sys
 import pytest
 import torch
 
-from cli_tiny import GEN_SMALL, save_tiny_model, tiny_args
+from cli_tiny import NON_DEFAULT, tiny_args
+from cli_tiny import generated, keyfile, model_dir, run  # noqa: F401 - shared fixtures
 from sketchwm.cli import build_parser, main
-
-NON_DEFAULT = {"sketch": {"name": "count-sketch", "params": {"d": 2, "w": 64, "counting": "presence"}}, "delta": 1.5}
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    return save_tiny_model(tmp_path_factory.mktemp("tiny-model"))
-
-
-@pytest.fixture(scope="module")
-def keyfile(tmp_path_factory):
-    k = tmp_path_factory.mktemp("key") / "wm.key"
-    assert main(["keygen", "--out", str(k)]) == 0
-    return k
-
-
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory, model_dir, keyfile):
-    """4 watermarked texts generated with a NON-default scheme configuration (seed 5)."""
-    out = tmp_path_factory.mktemp("gen") / "gen.jsonl"
-    code = main(["generate", "--key", str(keyfile), "--prompt", "the water", "--prompt", "one day", "--prompt", "we can",
-                 "--prompt", "a man said", "--seed", "5", "--out", str(out), *GEN_SMALL, *tiny_args(model_dir, **NON_DEFAULT)])
-    assert code == 0
-    return out
-
-
-def run(capsys, *args):
-    code = main([str(a) for a in args])
-    cap = capsys.readouterr()
-    return code, cap.out, cap.err
-
 
 def one_line_error(code, err, needle):
     lines = [ln for ln in err.splitlines() if ln.strip()]
