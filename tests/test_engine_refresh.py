@@ -213,11 +213,12 @@ def test_block_all_incremental_steps_equal_the_complete_steps_they_stand_for(tin
     assert not torch.equal(once.generate(PROMPTS, torch.Generator().manual_seed(5)).ids, b.ids)  # the rule matters here
 
 
-@pytest.mark.parametrize("remasking,want", [("random", "once"), ("low_confidence", "block-all"), ("entropy", "block-all")])
+@pytest.mark.parametrize("remasking,want", [("random", "once"), ("low_confidence", 1), ("entropy", 1)])
 def test_auto_refresh_per_remasking_regime(tiny, builtin_registry, remasking, want):
     """``auto`` resolves to the setting measured to keep the tilt and detection z within 2% of the exact
-    computation (docs/sampler-approximations.md): ``once`` under random remasking, ``block-all`` under
-    the confidence rules; the exact computation for schemes whose reads are not incremental."""
+    computation (docs/sampler-approximations.md): ``once`` under random remasking; the exact computation
+    under the confidence rules (where ``block-all`` was not shown within 2% on detection z) and for
+    schemes whose reads are not incremental."""
     from sketchwm.engine import MaskedDiffusionSampler
 
     sch = builtin_registry.create("scheme", "global-sketch", {"prior": {"source": "uniform"}}, WatermarkKey(b"c" * 32),

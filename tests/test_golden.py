@@ -43,7 +43,8 @@ PATHS: dict[str, dict] = {
     "random-blocks-refresh-auto": {"block_length": 8, "marginal_refresh": "auto"},  # the default: "once" here
     "random-blocks": {"block_length": 8},
     "low-confidence-blocks": {"remasking": "low_confidence", "block_length": 16},
-    # the default under confidence remasking with blocks: "block-all" (every masked row when a block starts)
+    # the default under confidence remasking with blocks: the exact computation (refresh 1); and
+    # "block-all" (every masked row when a block starts), its faster approximation
     "low-confidence-blocks-refresh-auto": {"remasking": "low_confidence", "block_length": 8, "marginal_refresh": "auto"},
     "entropy-blocks-refresh-block-all": {"remasking": "entropy", "block_length": 8, "marginal_refresh": "block-all"},
     "entropy-top-p": {"remasking": "entropy", "top_p": 0.9},
