@@ -235,12 +235,12 @@ def test_shipped_config_resolves_by_name():
 
 
 def test_wheel_ships_the_configs(tmp_path):
-    """``pip wheel`` of a copy of the source tree puts every benchmarks/configs/*.yaml into
-    sketchwm/bench/configs, and the unpacked wheel resolves ``smoke`` by name from there."""
+    """``pip wheel`` of a copy of the source tree ships every config (sketchwm/bench/configs/*.yaml, linked
+    from benchmarks/configs) as package data, and the unpacked wheel resolves ``smoke`` by name from there."""
     src = tmp_path / "src"
-    for name in ("pyproject.toml", "setup.py", "MANIFEST.in", "README.md"):
+    for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, src / name) if src.exists() else (src.mkdir(), shutil.copy2(ROOT / name, src / name))
-    for d in ("sketchwm", "plugins", "attacks", "benchmarks/configs"):
+    for d in ("sketchwm", "plugins", "attacks"):
         shutil.copytree(ROOT / d, src / d, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     run = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
                           str(tmp_path / "dist"), str(src)], capture_output=True, text=True, timeout=300)

@@ -317,10 +317,9 @@ class BenchConfig(StrictModel):
 
 
 def _config_dirs() -> list[Path]:
-    """Where shipped configs live: the wheel's ``sketchwm/bench/configs`` (package data, copied
-    from ``benchmarks/configs`` at build time), then the source checkout's ``benchmarks/configs``."""
-    here = Path(__file__).resolve().parent
-    return [here / "configs", here.parents[1] / "benchmarks" / "configs"]
+    """Where shipped configs live: ``sketchwm/bench/configs`` (package data; ``benchmarks/configs`` in
+    a source checkout is a link to it)."""
+    return [Path(__file__).resolve().parent / "configs"]
 
 
 def shipped_configs() -> dict[str, Path]:
