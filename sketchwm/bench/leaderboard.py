@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from .matched_page import _slug, _with_regime, matched_section
+from .publish import write_section
 from .results import read_results
 
 __all__ = ["Table", "aggregate", "tables", "build_leaderboard", "README_START", "README_END"]
@@ -439,13 +440,5 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
     _atomic_write(p, page)
     written.append(p)
     if readme:
-        rp = Path(readme)
-        old = rp.read_text(encoding="utf-8") if rp.exists() else ""
-        block = f"{README_START}\n{md_text}\n{README_END}"
-        if README_START in old and README_END in old:
-            new = old[: old.index(README_START)] + block + old[old.index(README_END) + len(README_END):]
-        else:
-            new = old.rstrip("\n") + "\n\n" + block + "\n"
-        _atomic_write(rp, new)
-        written.append(rp)
+        written.append(write_section(readme, md_text, start=README_START, end=README_END))
     return written
