@@ -60,3 +60,30 @@ def default_tokenizer():
     from sketchwm.default_model import MODEL_DIR
 
     return AutoTokenizer.from_pretrained(str(MODEL_DIR), local_files_only=True)
+
+
+@pytest.fixture()
+def chromium_page():
+    """A real browser page (playwright driving Debian's Chromium): ``open(path) -> page``.
+
+    Skips when playwright or a Chromium binary is missing. Page errors (uncaught JavaScript
+    exceptions) are collected and must be none when the test ends."""
+    import shutil
+
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install playwright)")
+    exe = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
+    if exe is None:
+        pytest.skip("no Chromium binary on PATH (Debian: apt-get install -y chromium)")
+    errors: list[str] = []
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.on("pageerror", lambda e: errors.append(str(e)))
+
+        def open_(path):
+            page.goto(path.resolve().as_uri())
+            return page
+
+        yield open_
+        browser.close()
+    assert errors == []

@@ -11,7 +11,6 @@ import types
 import zipfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from sketchwm.bench.config import REGIMES, BenchConfig, load_config, resolve_config
@@ -259,56 +258,38 @@ def test_wheel_ships_the_configs(tmp_path):
 
 
 # ------------------------------------------------------------------ the page in a real browser
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        if shutil.which(name):
-            return shutil.which(name)
-    return None
-
-
-def test_matched_board_in_chromium(swept):
+def test_matched_board_in_chromium(swept, chromium_page):
     """One Pareto panel per regime; every swept scheme a curve with >= 3 settings and a band; the
     winners table names, per regime, the winner at each budget, ties joined."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (pip install playwright)")
-    exe = _chromium()
-    if exe is None:
-        pytest.skip("no Chromium binary on PATH (Debian: apt-get install -y chromium)")
-    errors: list[str] = []
-    with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=exe, args=["--no-sandbox"])
-        page = browser.new_page()
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.goto((swept / "board" / "index.html").resolve().as_uri())
-        panels = page.locator("figure.pareto").evaluate_all("fs => fs.map(f => f.dataset.regime)")
-        assert sorted(panels) == ["llada-greedy", "mdlm-random-t1"]
-        panel = page.locator("#pareto-mdlm-random-t1")
-        assert panel.locator("svg").count() == 1 and panel.locator("svg").bounding_box()["width"] > 300
-        for scheme in ("acme-mark",):
-            curve = panel.locator(f'g[id="curve-tpr-kl-{scheme}"]')
-            assert curve.count() == 1, scheme
-            markers = curve.locator("use").count()
-            assert markers >= 3, (scheme, markers)
-            assert panel.locator(f'g[id="band-tpr-kl-{scheme}"] path').count() >= 1, scheme
-            assert panel.locator(f'g[id="curve-ttd-kl-{scheme}"]').count() == 1
-            assert panel.locator(f'g[id="curve-tpr-ppl-{scheme}"]').count() == 1
-        assert panel.locator('g[id="point-tpr-kl-aar-gumbel"]').count() >= 1  # no knob: one point
-        rows = page.locator("#table-winners tbody tr")
-        assert rows.evaluate_all("rs => rs.map(r => r.dataset.regime)") == ["mdlm-random-t1", "llada-greedy"]
-        cells = page.locator("#table-winners tbody td[data-budget]").evaluate_all(
-            "ts => ts.map(t => [t.closest('tr').dataset.regime, t.dataset.budget, t.dataset.winners, t.dataset.tie, t.textContent])")
-        named = [c for c in cells if c[2]]
-        assert {c[0] for c in named} == {"mdlm-random-t1", "llada-greedy"}
-        for regime, budget, win, tie, text in named:
-            names = win.split("|")
-            assert text.startswith(names[0]) and (tie == "true") == (len(names) > 1)
-            if len(names) > 1:
-                assert " = ".join(names) in text and "(tie)" in text
-        # rows of each regime's matched table are sorted by the headline matched figure, best marked
-        t = page.locator("#table-matched-mdlm-random-t1")
-        assert t.locator("td.best").count() >= 1
-        first = t.locator("thead th").all_text_contents().index("TPR @ KL=0.1 ↑")
-        vals = t.locator("tbody tr").evaluate_all(f"rs => rs.map(r => parseFloat(r.cells[{first}].dataset.v))")
-        finite = [v for v in vals if not math.isnan(v)]
-        assert finite == sorted(finite, reverse=True)
-        browser.close()
-    assert errors == []
+    page = chromium_page(swept / "board" / "index.html")
+    panels = page.locator("figure.pareto").evaluate_all("fs => fs.map(f => f.dataset.regime)")
+    assert sorted(panels) == ["llada-greedy", "mdlm-random-t1"]
+    panel = page.locator("#pareto-mdlm-random-t1")
+    assert panel.locator("svg").count() == 1 and panel.locator("svg").bounding_box()["width"] > 300
+    for scheme in ("acme-mark",):
+        curve = panel.locator(f'g[id="curve-tpr-kl-{scheme}"]')
+        assert curve.count() == 1, scheme
+        markers = curve.locator("use").count()
+        assert markers >= 3, (scheme, markers)
+        assert panel.locator(f'g[id="band-tpr-kl-{scheme}"] path').count() >= 1, scheme
+        assert panel.locator(f'g[id="curve-ttd-kl-{scheme}"]').count() == 1
+        assert panel.locator(f'g[id="curve-tpr-ppl-{scheme}"]').count() == 1
+    assert panel.locator('g[id="point-tpr-kl-aar-gumbel"]').count() >= 1  # no knob: one point
+    rows = page.locator("#table-winners tbody tr")
+    assert rows.evaluate_all("rs => rs.map(r => r.dataset.regime)") == ["mdlm-random-t1", "llada-greedy"]
+    cells = page.locator("#table-winners tbody td[data-budget]").evaluate_all(
+        "ts => ts.map(t => [t.closest('tr').dataset.regime, t.dataset.budget, t.dataset.winners, t.dataset.tie, t.textContent])")
+    named = [c for c in cells if c[2]]
+    assert {c[0] for c in named} == {"mdlm-random-t1", "llada-greedy"}
+    for regime, budget, win, tie, text in named:
+        names = win.split("|")
+        assert text.startswith(names[0]) and (tie == "true") == (len(names) > 1)
+        if len(names) > 1:
+            assert " = ".join(names) in text and "(tie)" in text
+    # rows of each regime's matched table are sorted by the headline matched figure, best marked
+    t = page.locator("#table-matched-mdlm-random-t1")
+    assert t.locator("td.best").count() >= 1
+    first = t.locator("thead th").all_text_contents().index("TPR @ KL=0.1 ↑")
+    vals = t.locator("tbody tr").evaluate_all(f"rs => rs.map(r => parseFloat(r.cells[{first}].dataset.v))")
+    finite = [v for v in vals if not math.isnan(v)]
+    assert finite == sorted(finite, reverse=True)

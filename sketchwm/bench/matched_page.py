@@ -339,7 +339,7 @@ def matched_section(df: pd.DataFrame, colours: dict[str, str], regime_info: dict
                      "<thead><tr><th>regime</th>" + "".join(f"<th>{e(b)}</th>" for b in budgets)
                      + f"</tr></thead><tbody>{''.join(trs)}</tbody></table>")
     # the greedy regime stated plainly
-    greedy = [c for c in cs if "greedy" in c.regime and c.tilts]
+    greedy = [c for c in cs if "greedy" in c.regime]
     if greedy:
         lines = []
         for c in greedy:
@@ -347,7 +347,7 @@ def matched_section(df: pd.DataFrame, colours: dict[str, str], regime_info: dict
             lines.append(f"{c.name}: TPR at 1% FPR {_fmt_est(p.get('tpr'))}, KL/token {_fmt_est(p.get('kl'))}, "
                          f"tokens-to-detect {_fmt_est(p.get('ttd'), integer=True)}")
         g = greedy[0].regime
-        txt = (f"What a user decoding with the greedy default (`{g}`) gets from each tilting scheme at its default "
+        txt = (f"What a user decoding with the greedy default (`{g}`) gets from each scheme at its default "
                f"strength: " + "; ".join(lines) + ".")
         md += ["### Greedy decoding at default strengths", "", txt, ""]
         hs.append(f'<h3 id="greedy">Greedy decoding at default strengths</h3><p id="greedy-text">{e(txt.replace("`", ""))}</p>')

@@ -1,0 +1,66 @@
+"""The committed leaderboard (``benchmarks/leaderboard/``, built from the shipped ``leaderboard`` config)
+opened in a real browser: one Pareto panel per regime, every swept scheme a curve with >= 4 settings
+and a bootstrap band, every scheme without a knob one point, the winners table naming per regime the
+winner at each budget with ties joined, and the greedy regime stated for every scheme."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from sketchwm.bench.config import load_config
+from sketchwm.bench.runner import bench_registry
+
+ROOT = Path(__file__).resolve().parents[1]
+BOARD = ROOT / "benchmarks" / "leaderboard"
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    """(config, {scheme name: has a strength knob}) of the committed board."""
+    cfg = load_config("leaderboard")
+    reg = bench_registry()
+    knob = {s.name: reg.get("scheme", s.name).strength.field is not None for s in cfg.schemes}
+    return cfg, knob
+
+
+def test_board_was_built_from_the_shipped_config(shipped):
+    cfg, _ = shipped
+    df = pd.read_parquet(BOARD / "results.parquet", columns=["regime", "curve"])
+    assert sorted(df["regime"].unique()) == sorted(r.name for r in cfg.regime_list)
+    assert sorted(df["curve"].unique()) == sorted(s.name for s in cfg.schemes)
+
+
+def test_committed_board_in_chromium(shipped, chromium_page):
+    cfg, knob = shipped
+    regimes = [r.name for r in cfg.regime_list]
+    page = chromium_page(BOARD / "index.html")
+    assert sorted(page.locator("figure.pareto").evaluate_all("fs => fs.map(f => f.dataset.regime)")) == sorted(regimes)
+    for regime in regimes:
+        panel = page.locator(f'figure.pareto[data-regime="{regime}"]')
+        assert panel.locator("svg").count() == 1
+        swept = "greedy" not in regime  # the greedy regime runs each scheme at its default strength
+        for scheme, has_knob in knob.items():
+            if swept and has_knob:
+                curve = panel.locator(f'g[id="curve-tpr-kl-{scheme}"]')
+                assert curve.count() == 1, (regime, scheme)
+                assert curve.locator("use").count() >= 4, (regime, scheme)
+                assert panel.locator(f'g[id="band-tpr-kl-{scheme}"] path').count() >= 1, (regime, scheme)
+            else:
+                assert panel.locator(f'[id$="-tpr-kl-{scheme}"]').count() >= 1, (regime, scheme)
+    rows = page.locator("#table-winners tbody tr").evaluate_all("rs => rs.map(r => r.dataset.regime)")
+    assert sorted(rows) == sorted(regimes)
+    cells = page.locator("#table-winners tbody td[data-budget]").evaluate_all(
+        "ts => ts.map(t => [t.closest('tr').dataset.regime, t.dataset.winners, t.dataset.tie, t.textContent])")
+    named = [c for c in cells if c[1]]
+    assert {c[0] for c in named} == set(regimes), "every regime names a winner at some budget"
+    for _, win, tie, text in named:
+        names = win.split("|")
+        assert text.startswith(names[0]) and (tie == "true") == (len(names) > 1)
+        if len(names) > 1:
+            assert " = ".join(names) in text and "(tie)" in text
+    greedy = page.locator("#greedy-text").text_content()
+    for scheme in knob:
+        assert f"{scheme}: TPR at 1% FPR" in greedy, scheme
