@@ -91,9 +91,8 @@ class Sketch(Component):
     #: proven bound) or on the calibrated τ_N alone.
     count_geometry: ClassVar[bool] = False
     #: ``count`` (the paper's sketch of token counts), ``presence`` (of the set of distinct tokens) or
-    #: ``capped`` (of the counts capped at :attr:`cap`, x_v = min(c_v, cap)).
+    #: ``capped`` (of the counts capped at ``cap`` = k, x_v = min(c_v, k); ``presence`` is k = 1).
     counting: str = "count"
-    #: k of ``capped`` counting (x_v = min(c_v, k)); ``presence`` is k = 1.
     cap: int = 1
     #: (V,) bool, False for tokens whose feature φ(v) is zero, or None (every token counts).
     keep: torch.Tensor | None = None
@@ -102,15 +101,9 @@ class Sketch(Component):
         """What the sketch sums and its normaliser: counts (B, V) → x (B, V) float32, n (B,) float32.
 
         ``count``: x = c(y) (kept tokens), n = Σ_v x_v = N. ``presence``: x_v = 1[c_v(y) > 0] (kept
-        tokens), n = number of distinct kept tokens. ``capped``: x_v = min(c_v(y), k) (kept tokens),
-        n = Σ_v x_v. h(y) = Φᵀx / √n.
+        tokens), n = number of distinct kept tokens; ``capped``: x_v = min(c_v(y), k), n = Σ_v x_v. h(y) = Φᵀx / √n.
         """
-        if self.counting == "presence":
-            x = (counts > 0).float()
-        elif self.counting == "capped":
-            x = counts.float().clamp(max=float(self.cap))
-        else:
-            x = counts.float()
+        x = counts.float().clamp(max=float(self.cap)) if self.counting != "count" else counts.float()  # presence: cap 1
         if self.keep is not None:
             x = x * self.keep.to(x.device, x.dtype)[None, :]
         return x, x.sum(1)
@@ -137,10 +130,9 @@ class Sketch(Component):
         tok = sort_rows(tok)
         first = torch.ones(tok.shape, dtype=torch.bool, device=tok.device)
         first[:, 1:] = tok[:, 1:] != tok[:, :-1]
-        if self.counting == "capped":  # rank of each copy within its run of equal ids
+        if self.cap > 1:  # copies of rank < k within each run of equal ids (run start by a running max)
             pos = torch.arange(tok.shape[1], device=tok.device).expand_as(tok)
-            start = torch.cummax(torch.where(first, pos, torch.zeros_like(pos)), 1).values  # (B, N) run start
-            first = (pos - start) < self.cap
+            first = pos - torch.cummax(torch.where(first, pos, torch.zeros_like(pos)), 1).values < self.cap
         return tok, torch.where(first, keep_ext[tok], 0.0)
 
     def check_ids(self, ids: torch.Tensor, valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -228,8 +220,8 @@ class Sketch(Component):
             mass = torch.bmm(valid.to(probs.dtype)[:, None, :], probs)[:, 0]  # (B, V) Σ_{i∈M} p_i
             return (*self.weights_from_sums(frozen_counts, mass, n_tokens), None)
         if self.counting == "capped":  # the (B, cap, V) column statistics of capped_column_sums
-            sums = capped_column_sums(probs.clamp_min(1e-30).log(), valid.to(probs.dtype), self.cap)
-            return (*self.weights_from_sums(frozen_counts, sums, n_tokens), None)
+            logits = probs.clamp_min(1e-30).log()
+            return (*self.weights_from_sums(frozen_counts, capped_column_sums(logits, valid.float(), self.cap), n_tokens), None)
         log1m = probs.clamp_(max=1 - 1e-6).neg_().log1p_()  # (B, M, V) log(1 − p_i(v)), in place
         log_absent = torch.bmm(valid.to(probs.dtype)[:, None, :], log1m)[:, 0]  # (B, V)
         return (*self.weights_from_sums(frozen_counts, log_absent, n_tokens), log_absent)
@@ -257,9 +249,7 @@ class Sketch(Component):
                     w.mul_(keep)
                 return w, torch.full((w.shape[0],), float(n_tokens), device=w.device)
             if self.counting == "capped":  # E[min(f + C, k)], sums (B, k, V) of capped_column_sums
-                w = capped_expected_weights(frozen_counts, sums).float()
-                if keep is not None:
-                    w.mul_(keep)
+                w = capped_expected_weights(frozen_counts, sums).float().mul_(1.0 if keep is None else keep)
                 return w, w.sum(1).clamp_min(1.0)
             w = torch.expm1(sums).neg_().masked_fill_(frozen_counts > 0, 1.0)  # (B, V)
             if keep is not None:
