@@ -99,7 +99,11 @@ class CountSketchParams(StrictModel):
         counting: ``count`` — the paper's sketch, Σ_j φ(y_j) / √N (Def. 2.3, §4.1), every
             occurrence counts; ``presence`` — the sketch of the set of distinct tokens,
             Σ_{v ∈ y} φ(v) / √n_d with n_d the number of distinct (kept) tokens: adding copies of a
-            token already present leaves it unchanged (flood-robust, see :class:`Sketch`).
+            token already present leaves it unchanged (flood-robust, see :class:`Sketch`);
+            ``capped`` — the sketch of the counts capped at ``cap``, Σ_v min(c_v, k) φ(v) / √n with
+            n = Σ_v min(c_v, k) over kept tokens: repeated tokens carry evidence up to k copies, a
+            flood of one token adds at most k·φ(v) (``presence`` is k = 1).
+        cap: k of ``capped`` counting (ignored otherwise).
         exclude_top: the ``exclude_top`` most frequent tokens of the token prior get φ(v) = 0
             (they are in almost every text, so their presence carries no evidence and their
             domain-dependent frequency is what biases a fixed key's null). 0 keeps every token;
@@ -109,7 +113,8 @@ class CountSketchParams(StrictModel):
     d: int = Field(4, ge=1, le=64)
     w: int = Field(256, ge=2, le=1 << 20)
     balance_signs: bool = True
-    counting: Literal["count", "presence"] = "count"
+    counting: Literal["count", "presence", "capped"] = "count"
+    cap: int = Field(2, ge=1, le=8)
     exclude_top: int = Field(0, ge=0)
 
 
@@ -139,8 +144,9 @@ class CountSketch(Sketch):
         self.buckets = keyed_randint(key.seed("count-sketch/bucket"), counter, w)  # (d, V) int64
         coins = keyed_signs(key.seed("count-sketch/sign"), counter)  # (d, V) float32
         self.counting = self.params.counting
+        self.cap = self.params.cap if self.counting == "capped" else 1
         self._report: dict[str, Any] = {"d": d, "w": w, "D": d * w, "balanced": False, "counting": self.counting,
-                                        "excluded_tokens": 0}
+                                        "excluded_tokens": 0, **({"cap": self.cap} if self.counting == "capped" else {})}
         keep = torch.ones(V, dtype=torch.bool)
         if token_prior is not None:
             prior = torch.as_tensor(token_prior, dtype=torch.float64).flatten()

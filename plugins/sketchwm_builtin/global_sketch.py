@@ -121,6 +121,7 @@ import numpy as np
 import torch
 from pydantic import Field
 
+from sketchwm.components.expected_sketch import capped_column_sums, capped_row_derivative
 from sketchwm.components import (DenoiseStep, MarginalReads, Marginals, SchemeScores, Strength, WatermarkScheme, distinct_token_sums,
                                  packed_masked_positions, row_index, serial_on_cpu)
 from sketchwm.config import ComponentSpec, StrictModel
@@ -129,6 +130,7 @@ from sketchwm.errors import ConfigError, InputError
 from sketchwm.hookspecs import hookimpl
 from sketchwm.marginal_sums import MarginalSums, masked_marginal_sums
 from sketchwm.prf import keyed_signs
+from sketchwm.lattice_sum import capped_sum_tail
 from sketchwm.stats import LatticeTail, bernoulli_sum_tail, bonferroni, check_alpha, rademacher_sum_pvalue
 
 from .cli import sketchwm_register_commands  # noqa: F401 - `sketchwm prior`, added through the hook
@@ -483,10 +485,10 @@ class GlobalSketchScheme(WatermarkScheme):
         self.score_fn = reg.build("score", p.score.name, p.score.params, ctx.replace(sketch=self.sketch))
         self.u = self.directions(torch.tensor([p.direction_index]))[0]  # (D,)
         self._n_total: int | None = None
-        presence = getattr(self.sketch, "counting", "count") == "presence"
+        presence = getattr(self.sketch, "counting", "count") in ("presence", "capped")
         self.null = ("background" if presence else "key-randomised") if p.null == "auto" else p.null
         if self.null == "background" and not presence:
-            raise ConfigError("null='background' needs the presence sketch (sketch params counting='presence'): "
+            raise ConfigError("null='background' needs the presence or capped sketch (sketch params counting='presence'): "
                               "token counts of real text are bursty and have no usable background null; use "
                               "null='key-randomised' with counting='count'")
         # background token model for the fixed-key null: log(1 − π_v), uniform π when no prior resolved
@@ -494,6 +496,7 @@ class GlobalSketchScheme(WatermarkScheme):
         pi = torch.full((V,), 1.0 / V, dtype=torch.float64) if prior is None else prior.double() / prior.double().sum()
         pi = pi.clamp(min=0.5 / float(prior.sum()) if prior is not None else 0.0, max=1 - 1e-9)  # unseen tokens: ½ count
         self._log1m_pi = torch.log1p(-pi).to(self.device)  # (V,) float64
+        self._log_pi = torch.log(pi).to(self.device)  # (V,) float64 (the capped null's binomial counts)
         self._c_u: torch.Tensor | None = None  # (V,) float64 ⟨u, φ(v)⟩, built on first detection
         self._running: _RunningSums | None = None  # the statistic over M_t between refreshes (incremental reads)
         self._priority: tuple[int, torch.Tensor] | None = None  # (step, (B, K, V) priority table) when steering
@@ -618,8 +621,12 @@ class GlobalSketchScheme(WatermarkScheme):
         N = tokens.shape[1]
         eos = self.stop_token_id
         dev = marginals.logits.device  # the (B, V) ops below run serially on CPU: a thread-pool wake costs more
-        presence = self.sketch.counting == "presence"
+        presence = self.sketch.counting in ("presence", "capped")  # n̂ = Σ_v keep_v ŵ_v depends on the marginals
+        capped = self.sketch.counting == "capped"
         sums = None
+        if eos is not None and capped:
+            raise ConfigError("the capped sketch has no expected sketch for texts that stop at an EOS yet: use "
+                              "counting='presence', or a sampler with stop_at_eos off")
         if eos is not None:
             if not marginals.complete:  # the cumulative scans need every row: the last complete step's, targets fresh
                 marginals = self._running_state().complete(marginals, masked)
@@ -654,6 +661,9 @@ class GlobalSketchScheme(WatermarkScheme):
                 return _TiltParts(dS_dw, n_hat, "mul", rows=dw)  # (B, K, ·): at the targets, or every row being one
             if not presence:  # count: ∂ĥ/∂p_i(v) = φ(v)/√N at every masked row
                 return _TiltParts(dS_dw, n_hat, "add")
+            if capped:  # ∂ŵ_v/∂p_i(v) = P(C_{−i}(v) ≤ k − 1 − f_v) at the targets (expected_sketch, exact)
+                p_t = torch.softmax(marginals.at_target_rows(marginals.logits).float(), -1)  # (B, K, V)
+                return _TiltParts(dS_dw, n_hat, "mul", rows=capped_row_derivative(frozen, stat, p_t))
             # presence: Π_j(1 − p_j(v)) ∂(½S)/∂ŵ_v, 0 on frozen tokens
             factor = torch.exp(stat).mul_(dS_dw).masked_fill_(frozen > 0, 0.0)  # (B, V)
         if sums.dense:  # q_i = 1 − p_i at the targets, p = softmax of the target rows
@@ -682,7 +692,9 @@ class GlobalSketchScheme(WatermarkScheme):
         """
         eps, presence = self.params.tail_epsilon, self.sketch.counting == "presence"
 
-        def stat_of(logits: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, MarginalSums]:
+        def stat_of(logits: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, MarginalSums | None]:
+            if self.sketch.counting == "capped":  # (B, k, V) float64, dense (no tail linearisation)
+                return capped_column_sums(logits, weights, self.sketch.cap), None
             sums = masked_marginal_sums(logits, weights, eps=eps, log_absent=presence)
             return (sums.log_absent if presence else sums.mass), sums
 
@@ -840,14 +852,31 @@ class GlobalSketchScheme(WatermarkScheme):
         todo = [int(k) for k in lengths.tolist() if int(k) not in cache]
         for i in range(0, len(todo), 256):  # chunks of lengths: (chunk, V) float64 at a time
             ks = torch.tensor(todo[i:i + 256], dtype=torch.float64, device=self.device)
-            q = -torch.expm1(ks[:, None] * self._log1m_pi[None, :])  # (b, V)
-            mu, var = q @ c, (q * (1 - q)) @ (c * c)
+            if self.sketch.counting == "capped":  # Y_v = min(C_v, k), C_v ~ Binomial(n, π_v)
+                pmf = self._capped_pmf(ks, self._log_pi, self._log1m_pi)  # (b, V, k + 1)
+                j = torch.arange(pmf.shape[-1], dtype=torch.float64, device=self.device)
+                m1, m2 = pmf @ j, pmf @ (j * j)  # (b, V)
+                mu, var = m1 @ c, (m2 - m1 * m1) @ (c * c)
+            else:
+                q = -torch.expm1(ks[:, None] * self._log1m_pi[None, :])  # (b, V)
+                mu, var = q @ c, (q * (1 - q)) @ (c * c)
             cache.update({k: (float(m), float(s)) for k, m, s in zip(todo[i:i + 256], mu.tolist(), var.tolist())})
         if len(cache) > 65536:  # bound the cache (lengths are at most a few thousand in practice)
             cache.clear()
         table = np.array([cache[int(k)] for k in lengths.tolist()], dtype=np.float64).reshape(-1, 2)
         mv = torch.from_numpy(table[inverse.reshape(-1)]).to(self.device)  # (B, 2)
         return mv[:, 0], mv[:, 1]
+
+    def _capped_pmf(self, n: torch.Tensor, log_pi: torch.Tensor, log1m_pi: torch.Tensor) -> torch.Tensor:
+        """The law of Y = min(C, k), C ~ Binomial(n, π), for lengths n (b,) and tokens (P,) given by
+        log π and log(1 − π), (P,) float64 → (b, P, k + 1) float64 (``capped`` background null)."""
+        k = self.sketch.cap
+        j = torch.arange(k, dtype=torch.float64, device=log_pi.device)  # (k,)
+        n = n.to(log_pi.device, torch.float64)[:, None, None]  # (b, 1, 1)
+        log_binom = torch.lgamma(n + 1) - torch.lgamma(j + 1) - torch.lgamma((n - j).clamp_min(0) + 1)  # (b, 1, k)
+        pj = torch.exp(log_binom + j * log_pi[None, :, None] + (n - j) * log1m_pi[None, :, None])  # (b, P, k)
+        pj = torch.where(j[None, None, :] <= n, pj, torch.zeros_like(pj))
+        return torch.cat([pj, (1.0 - pj.sum(-1, keepdim=True)).clamp_min(0.0)], -1)  # P(C ≥ k) last
 
     def background_z(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """Fixed-key z of the presence statistic under the background null: (B, N) → (B,) float64.
@@ -897,7 +926,12 @@ class GlobalSketchScheme(WatermarkScheme):
         law = cache.get(n)
         if law is None:
             _, g, l1m, counts = self._null_pairs()
-            law = cache[n] = bernoulli_sum_tail(g, -np.expm1(n * l1m), counts)
+            if self.sketch.counting == "capped":
+                l1m_t = torch.from_numpy(l1m)
+                pmf = self._capped_pmf(torch.tensor([n]), torch.log(-torch.expm1(l1m_t)), l1m_t)[0].numpy()  # (P, k + 1)
+                law = cache[n] = capped_sum_tail(g, pmf / pmf.sum(1, keepdims=True), counts)
+            else:
+                law = cache[n] = bernoulli_sum_tail(g, -np.expm1(n * l1m), counts)
             if len(cache) > 4096:  # bound the cache (a few KB a length)
                 cache.clear()
                 cache[n] = law
@@ -938,7 +972,11 @@ class GlobalSketchScheme(WatermarkScheme):
             c_ext = torch.cat([c, torch.zeros(1, dtype=torch.float64, device=self.device)])
             tables = self._presence_tables = (c_ext.to(torch.int8) if small_int else c_ext,
                                               self.sketch.keep_table().to(torch.int8))
-        T, n_d = distinct_token_sums(ids, valid, *tables)  # (B,), (B,)
+        if self.sketch.counting == "capped":  # T = Σ_v c_k(v) min(c_v, k) over the first k copies of each id
+            tok, x = self.sketch.sparse_weights(ids, valid)  # (B, N), (B, N)
+            T, n_d = (tables[0].to(torch.float64)[tok] * x.double()).sum(1).round(), x.sum(1).round().long()
+        else:
+            T, n_d = distinct_token_sums(ids, valid, *tables)  # (B,), (B,)
         mu, var = self.background_moments(lengths)  # all tokens: the length the background model sees
         # (B,) arithmetic in numpy: a small torch op here waits ~10 ms on the thread pool
         Tn, mun, varn = T.cpu().numpy().astype(np.float64), mu.cpu().numpy(), var.cpu().numpy()

@@ -15,7 +15,8 @@ import torch
 
 from .cpu import serial_on_cpu
 
-__all__ = ["scan_rows_", "stop_absence_", "stop_absence_at_rows", "expected_weights_stopping", "scratch_buffer"]
+__all__ = ["scan_rows_", "stop_absence_", "stop_absence_at_rows", "expected_weights_stopping", "scratch_buffer",
+           "capped_column_sums", "capped_expected_weights", "capped_row_derivative"]
 
 
 def scan_rows_(x: torch.Tensor, op: str = "add", reverse: bool = False) -> torch.Tensor:
@@ -254,3 +255,79 @@ def expected_weights_stopping(
         if keep is not None:
             w = w * keep
         return w, w.sum(1).clamp_min(1.0), dw
+
+
+# ---------------------------------------------------------------------------- capped counts
+# x_v = min(c_v, k). Under independent masked marginals the masked count C_v = Σ_{i∈M} Bernoulli(p_i(v))
+# is Poisson-binomial: P(C = j) = A·e_j(r) with A = Π_i (1 − p_i), r_i = p_i / (1 − p_i) and e_j the
+# elementary symmetric polynomials of the r_i, obtained from the power sums S_m = Σ_i r_i^m by
+# Newton's identities (j·e_j = Σ_{m=1}^{j} (−1)^{m−1} e_{j−m} S_m). With f_v frozen copies,
+#   E[min(f + C, k)] = min(f, k) + Σ_{m=1}^{k−f} P(C ≥ m),
+#   ∂E[min(f + C, k)]/∂p_i = P(C_{−i} ≤ k − 1 − f)   (0 when f ≥ k),
+# C_{−i} the count over the other rows (A_{−i} = A(1 + r_i), e_j(r_{−i}) = e_j − r_i e_{j−1}(r_{−i})).
+# Everything in float64: Newton's identities cancel when one r_i dominates.
+
+
+def capped_column_sums(logits: torch.Tensor, weights: torch.Tensor, cap: int, chunk: int = 16) -> torch.Tensor:
+    """The column statistics of the capped count: (B, R, V) logits, (B, R) float row weights → (B, cap, V) float64.
+
+    Row 0: Σ_i w_i log(1 − p_i(v)); row m (1 ≤ m < cap): Σ_i w_i r_i(v)^m, r = p/(1 − p), p = softmax of
+    the logits capped at 1 − 10⁻⁶. Linear in the weights (signed weights move rows in and out of a
+    running sum). Rows in chunks of ``chunk``, float64.
+    """
+    B, R, V = logits.shape
+    out = torch.zeros(B, cap, V, dtype=torch.float64, device=logits.device)
+    w = weights.to(logits.device, torch.float64)
+    for c in range(0, R, chunk):  # chunks of rows, not tokens: (B, chunk, V) float64 at a time
+        p = torch.softmax(logits[:, c:c + chunk].double(), -1).clamp_(max=1 - 1e-6)  # (B, r, V)
+        wc = w[:, None, c:c + chunk]  # (B, 1, r)
+        out[:, 0] += torch.bmm(wc, torch.log1p(-p))[:, 0]
+        ratio = p.div_(1.0 - p)  # (B, r, V) r_i(v), in place
+        power = ratio.clone()
+        for m in range(1, cap):
+            out[:, m] += torch.bmm(wc, power)[:, 0]
+            if m + 1 < cap:
+                power.mul_(ratio)
+    return out
+
+
+def _elementary(sums: torch.Tensor) -> torch.Tensor:
+    """e_0 … e_{k−1} of the r_i from the power sums: sums (B, k, V) (row 0 unused) → (B, k, V) float64."""
+    k = sums.shape[1]
+    e = [torch.ones_like(sums[:, 0])]
+    for j in range(1, k):
+        acc = torch.zeros_like(e[0])
+        for m in range(1, j + 1):
+            acc = acc + (-1) ** (m - 1) * e[j - m] * sums[:, m]
+        e.append(acc / j)
+    return torch.stack(e, 1)
+
+
+def capped_expected_weights(frozen_counts: torch.Tensor, sums: torch.Tensor) -> torch.Tensor:
+    """E[min(f_v + C_v, k)] for every token: frozen counts (B, V), sums (B, k, V) of
+    :func:`capped_column_sums` → (B, V) float64 (the module section above)."""
+    k = sums.shape[1]
+    A = torch.exp(sums[:, 0])  # (B, V) P(C = 0)
+    cdf = torch.cumsum(A[:, None] * _elementary(sums), 1).clamp_(0.0, 1.0)  # (B, k, V) P(C ≤ j), j < k
+    gains = torch.cat([torch.zeros_like(A)[:, None], torch.cumsum(1.0 - cdf, 1)], 1)  # (B, k + 1, V): Σ_{m≤s} P(C ≥ m)
+    f = frozen_counts.to(sums.device).round().long().clamp(0, k)  # (B, V)
+    return f.double() + torch.gather(gains, 1, (k - f)[:, None])[:, 0]
+
+
+def capped_row_derivative(frozen_counts: torch.Tensor, sums: torch.Tensor, p_rows: torch.Tensor) -> torch.Tensor:
+    """∂E[min(f_v + C_v, k)]/∂p_i(v) = P(C_{−i} ≤ k − 1 − f_v) at K rows: frozen (B, V), sums (B, k, V),
+    p_rows (B, K, V) the marginals of those (masked) rows → (B, K, V) float32 (0 where f_v ≥ k)."""
+    k = sums.shape[1]
+    p = p_rows.double().clamp(max=1 - 1e-6)
+    r = p / (1.0 - p)  # (B, K, V)
+    A = torch.exp(sums[:, 0])[:, None] * (1.0 + r)  # (B, K, V) A_{−i}
+    e = _elementary(sums)  # (B, k, V)
+    f = frozen_counts.to(sums.device).round().long()[:, None]  # (B, 1, V)
+    prev = torch.ones_like(r)  # e_0(r_{−i})
+    cdf = prev.clone()  # Σ_{j ≤ s} e_j(r_{−i})
+    out = torch.where(f == k - 1, cdf, torch.zeros_like(r))
+    for s in range(1, k):
+        prev = e[:, s][:, None] - r * prev  # e_s(r_{−i})
+        cdf = cdf + prev
+        out = torch.where(f == k - 1 - s, cdf, out)
+    return (A * out).clamp_(0.0, 1.0).float()

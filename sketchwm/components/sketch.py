@@ -10,7 +10,7 @@ import torch
 from ..errors import InputError
 from .component import Component
 from .cpu import serial_on_cpu
-from .expected_sketch import expected_weights_stopping
+from .expected_sketch import capped_column_sums, capped_expected_weights, expected_weights_stopping
 from .token_sums import ids_summary, sort_rows
 
 __all__ = ["Sketch"]
@@ -90,8 +90,10 @@ class Sketch(Component):
     #: has no analytic τ_α on it, and the detector decides on the key-randomised p-value (exact, or a
     #: proven bound) or on the calibrated τ_N alone.
     count_geometry: ClassVar[bool] = False
-    #: ``count`` (the paper's sketch of token counts) or ``presence`` (of the set of distinct tokens).
+    #: ``count`` (the paper's sketch of token counts), ``presence`` (of the set of distinct tokens) or
+    #: ``capped`` (of the counts capped at ``cap`` = k, x_v = min(c_v, k); ``presence`` is k = 1).
     counting: str = "count"
+    cap: int = 1
     #: (V,) bool, False for tokens whose feature φ(v) is zero, or None (every token counts).
     keep: torch.Tensor | None = None
 
@@ -99,9 +101,9 @@ class Sketch(Component):
         """What the sketch sums and its normaliser: counts (B, V) → x (B, V) float32, n (B,) float32.
 
         ``count``: x = c(y) (kept tokens), n = Σ_v x_v = N. ``presence``: x_v = 1[c_v(y) > 0] (kept
-        tokens), n = number of distinct kept tokens. h(y) = Φᵀx / √n.
+        tokens), n = number of distinct kept tokens; ``capped``: x_v = min(c_v(y), k), n = Σ_v x_v. h(y) = Φᵀx / √n.
         """
-        x = (counts > 0).float() if self.counting == "presence" else counts.float()
+        x = counts.float().clamp(max=float(self.cap)) if self.counting != "count" else counts.float()  # presence: cap 1
         if self.keep is not None:
             x = x * self.keep.to(x.device, x.dtype)[None, :]
         return x, x.sum(1)
@@ -112,7 +114,8 @@ class Sketch(Component):
         Returns tok (B, N) int64 in [0, V] (V on padding) and x (B, N) float32 such that
         Σ_j x[b, j]·e_{tok[b, j]} equals row b of ``weights(counts(ids, valid))[0]`` and
         x.sum(1) its n. ``count``: tok = ids, x = keep. ``presence``: each row is sorted
-        (:func:`sort_rows`) and only the first copy of every kept token gets weight 1. Costs O(B·N)
+        (:func:`sort_rows`) and only the first copy of every kept token gets weight 1; ``capped``:
+        the first k copies (rank within the run of equal ids < k). Costs O(B·N)
         memory and one row sort, not O(B·V).
 
         Raises:
@@ -122,11 +125,14 @@ class Sketch(Component):
         V = self.vocab_size
         tok = ids if valid is None else torch.where(valid.to(self.device), ids, V)  # (B, N), V = padding
         keep_ext = self.keep_table()  # (V + 1,) float32, 0 on the padding id V
-        if self.counting != "presence":
+        if self.counting not in ("presence", "capped"):
             return tok, keep_ext[tok]
         tok = sort_rows(tok)
         first = torch.ones(tok.shape, dtype=torch.bool, device=tok.device)
         first[:, 1:] = tok[:, 1:] != tok[:, :-1]
+        if self.cap > 1:  # copies of rank < k within each run of equal ids (run start by a running max)
+            pos = torch.arange(tok.shape[1], device=tok.device).expand_as(tok)
+            first = pos - torch.cummax(torch.where(first, pos, torch.zeros_like(pos)), 1).values < self.cap
         return tok, torch.where(first, keep_ext[tok], 0.0)
 
     def check_ids(self, ids: torch.Tensor, valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -213,6 +219,9 @@ class Sketch(Component):
         if self.counting == "count":
             mass = torch.bmm(valid.to(probs.dtype)[:, None, :], probs)[:, 0]  # (B, V) Σ_{i∈M} p_i
             return (*self.weights_from_sums(frozen_counts, mass, n_tokens), None)
+        if self.counting == "capped":  # the (B, cap, V) column statistics of capped_column_sums
+            logits = probs.clamp_min(1e-30).log()
+            return (*self.weights_from_sums(frozen_counts, capped_column_sums(logits, valid.float(), self.cap), n_tokens), None)
         log1m = probs.clamp_(max=1 - 1e-6).neg_().log1p_()  # (B, M, V) log(1 − p_i(v)), in place
         log_absent = torch.bmm(valid.to(probs.dtype)[:, None, :], log1m)[:, 0]  # (B, V)
         return (*self.weights_from_sums(frozen_counts, log_absent, n_tokens), log_absent)
@@ -239,6 +248,9 @@ class Sketch(Component):
                 if keep is not None:
                     w.mul_(keep)
                 return w, torch.full((w.shape[0],), float(n_tokens), device=w.device)
+            if self.counting == "capped":  # E[min(f + C, k)], sums (B, k, V) of capped_column_sums
+                w = capped_expected_weights(frozen_counts, sums).float().mul_(1.0 if keep is None else keep)
+                return w, w.sum(1).clamp_min(1.0)
             w = torch.expm1(sums).neg_().masked_fill_(frozen_counts > 0, 1.0)  # (B, V)
             if keep is not None:
                 w.mul_(keep)
