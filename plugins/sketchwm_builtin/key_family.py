@@ -20,14 +20,20 @@ Detection, two tests.
    one key held, whatever the dependence between members (Bonferroni).
 2. *Spread test* (the evidence belongs to one member, as genuine embedding puts it; Gloaguen et
    al. 2025 test learned spoofs the same way): a forger who mixes the members raises every member's
-   z by about the same amount; a genuine text raises one. With z_i each member's z and b the
-   member of smallest p_i, the contrast
+   z by about the same amount; a genuine text raises one. With z_i each member's z, b the member
+   of smallest p_i, m and s the mean and standard deviation (ddof 1) of the other K − 1 members' z:
 
-       d_b = (z_b − mean_{j≠b} z_j) / (1 + 1/(K − 1))^{1/2}
-
-   is ~ N(0, 1) for each b when every member's z has the same mean shift and independent unit
-   noise (the spoof null: a text that favours no member over the others), so
-   p_spread = min(1, K·(1 − Φ(d_b))) (Bonferroni over the choice of b).
+   * ``spread="student"`` (default): t_b = (z_b − m) / (max(s, 1)·(1 + 1/(K − 1))^{1/2}). When the
+     members' z are i.i.d. N(μ, σ²) with any μ and σ (the spoof null: a text that favours no
+     member over the others), the externally studentised (z_i − m_{−i}) / (s_{−i}(1 + 1/(K − 1))^{1/2})
+     is Student-t with K − 2 degrees of freedom for each fixed i (the prediction-interval pivot),
+     and max(s, 1) ≥ s only lowers it, so p_spread = min(1, K·P(T_{K−2} ≥ t_b)) (Bonferroni over
+     the choice of b) is conservative for every σ. Stolen tokens repeated through a text, or a
+     forgery that lifts every member a lot, inflate the spread σ of the members' z well above 1:
+     the studentised contrast scales with it, the unit-noise contrast does not. Needs K ≥ 3.
+   * ``spread="normal"``: d_b = (z_b − m) / (1 + 1/(K − 1))^{1/2}, ~ N(0, 1) when the members' noise
+     has unit variance, p_spread = min(1, K·(1 − Φ(d_b))). More power on short genuine texts, but
+     a forgery with σ > 1 passes it more often than its level.
 
 The reported p-value is max(p_fam, p_spread) (``spread_test=True``; p_fam alone otherwise): it is
 never below p_fam, so the per-key promise of test 1 holds unchanged, and a text is flagged at level
@@ -79,39 +85,44 @@ class GlobalSketchFamilyParams(StrictModel):
         correction: family-wise correction of the minimum member p-value: ``bonferroni``
             (min(1, K·p), valid under any dependence) or ``sidak`` (1 − (1 − p)^K, exact for
             independent members).
-        spread_test: also require the evidence to favour one member (module doc, test 2); needs K ≥ 2.
+        spread_test: also require the evidence to favour one member (module doc, test 2).
+        spread: the spread test's null: ``student`` (members' z i.i.d. with unknown spread; K ≥ 3)
+            or ``normal`` (unit spread; K ≥ 2).
     """
 
     members: int = Field(8, ge=1, le=1024)
     member: GlobalSketchParams = GlobalSketchParams()
     correction: Literal["bonferroni", "sidak"] = "bonferroni"
     spread_test: bool = True
+    spread: Literal["student", "normal"] = "student"
     min_tokens: int = Field(16, ge=1)
 
     @model_validator(mode="after")
     def _check(self) -> "GlobalSketchFamilyParams":
-        if self.spread_test and self.members < 2:
-            raise ValueError("spread_test needs members >= 2 (it compares the best member with the others); "
-                             "set spread_test=false for a single member")
+        need = 3 if self.spread == "student" else 2
+        if self.spread_test and self.members < need:
+            raise ValueError(f"spread_test with spread={self.spread!r} needs members >= {need} (it compares the best "
+                             "member with the spread of the others); set spread_test=false, or spread='normal' for 2 members")
         return self
 
 
 def family_pvalues(p: torch.Tensor, z: torch.Tensor, correction: str = "bonferroni",
-                   spread_test: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   spread_test: bool = True, spread: str = "student") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The family's p-value from its members' p-values and z-scores (module doc, tests 1 and 2).
 
     Args:
         p: (K, B) float64 member p-values (each valid for its own key).
         z: (K, B) float64 member z-scores.
         correction: ``bonferroni`` or ``sidak``.
-        spread_test: combine with the spread test (K ≥ 2).
+        spread_test: combine with the spread test.
+        spread: ``student`` (K ≥ 3) or ``normal`` (K ≥ 2), the spread test's null (module doc).
 
     Returns:
         (p_value (B,) float64 = max(p_fam, p_spread) or p_fam, best (B,) int64 member of smallest
-        p_i, d (B,) float64 the contrast d_b, NaN when K = 1).
+        p_i, d (B,) float64 the spread contrast (t_b or d_b), NaN when K is too small for it).
 
     Raises:
-        ConfigError: unknown correction, or the spread test with K < 2.
+        ConfigError: unknown correction or spread, or the spread test with too few members.
     """
     K = p.shape[0]
     p_min, best = p.min(0)  # (B,), (B,)
@@ -122,18 +133,28 @@ def family_pvalues(p: torch.Tensor, z: torch.Tensor, correction: str = "bonferro
         p_fam = torch.where(p_min >= 1.0, torch.ones_like(p_fam), p_fam)
     else:
         raise ConfigError(f"unknown family-wise correction {correction!r} (bonferroni | sidak)")
-    if K < 2:
+    if spread not in ("student", "normal"):
+        raise ConfigError(f"unknown spread test {spread!r} (student | normal)")
+    need = 3 if spread == "student" else 2
+    if K < need:
         if spread_test:
-            raise ConfigError("the spread test needs at least 2 members")
+            raise ConfigError(f"the {spread} spread test needs at least {need} members")
         return p_fam, best, torch.full_like(p_fam, float("nan"))
-    z_best = z.gather(0, best[None])[0]  # (B,)
-    z_rest = (z.sum(0) - z_best) / (K - 1)  # (B,) mean of the other members
-    d = (z_best - z_rest) / math.sqrt(1.0 + 1.0 / (K - 1))  # (B,)
+    from scipy import stats
+
+    zc = z - z.mean(0)  # (K, B) centred per text (no cancellation in the sums below)
+    z_best = zc.gather(0, best[None])[0]  # (B,)
+    m_rest = (zc.sum(0) - z_best) / (K - 1)  # (B,) mean of the other members
+    d = (z_best - m_rest) / math.sqrt(1.0 + 1.0 / (K - 1))  # (B,) unit-noise contrast
+    if spread == "student":
+        ss_rest = (zc.square().sum(0) - z_best.square() - (K - 1) * m_rest.square()).clamp(min=0.0)  # (B,)
+        d = d / (ss_rest / (K - 2)).sqrt().clamp(min=1.0)  # (B,) t_b: scaled by max(s, 1), s with ddof 1
+        tail = stats.t.sf(d.cpu().numpy(), K - 2)  # P(T_{K−2} ≥ t_b)
+    else:
+        tail = stats.norm.sf(d.cpu().numpy())  # 1 − Φ(d_b)
     if not spread_test:
         return p_fam, best, d
-    from scipy.special import ndtr
-
-    p_spread = torch.from_numpy(np.minimum(1.0, K * ndtr(-d.cpu().numpy()))).to(p_fam)  # K·(1 − Φ(d))
+    p_spread = torch.from_numpy(np.minimum(1.0, K * tail)).to(p_fam)  # Bonferroni over the choice of b
     return torch.maximum(p_fam, p_spread), best, d
 
 
@@ -244,14 +265,14 @@ class GlobalSketchFamilyScheme(WatermarkScheme):
             InputError: ids outside [0, V).
         """
         p, z, n, method = self.member_scores(ids, valid)
-        pv, best, _ = family_pvalues(p, z, self.params.correction, self.params.spread_test)
+        pv, best, _ = family_pvalues(p, z, self.params.correction, self.params.spread_test, self.params.spread)
         from scipy.special import ndtri
 
         score = torch.from_numpy(-ndtri(np.clip(pv.cpu().numpy(), 1e-300, 1.0))).to(pv)  # Φ⁻¹(1 − p)
         z_best = z.gather(0, best[None])[0]
         how = (f"{self.params.correction} over {self.params.members} member keys of "
                f"[{method}]"
-               + (" and the spread test" if self.params.spread_test else ""))
+               + (f" and the {self.params.spread} spread test" if self.params.spread_test else ""))
         return SchemeScores(score, z_best, pv, n, how)
 
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
