@@ -51,14 +51,16 @@ SCHEMES: dict[str, tuple[str, dict]] = {
     "unigram": ("unigram", {}),
     "family-16": ("global-sketch-family", {"members": 16}),
     "family-16-normal": ("global-sketch-family", {"members": 16, "spread": "normal"}),
+    "family-16-nodecoy": ("global-sketch-family", {"members": 16, "decoys": 0}),
     "family-8": ("global-sketch-family", {"members": 8}),
     "family-8-normal": ("global-sketch-family", {"members": 8, "spread": "normal"}),
     "family-4": ("global-sketch-family", {"members": 4}),
 }
 #: schemes whose texts are a subset of another's: a K-member family is the first K members of a
 #: larger one (member keys do not depend on K), so its texts are those embedded under members < K;
-#: the ``-normal`` tags detect the same texts with the unit-noise spread test
-VIEWS: dict[str, tuple[str, int]] = {"family-16-normal": ("family-16", 16), "family-8": ("family-16", 8),
+#: the ``-normal`` and ``-nodecoy`` tags detect the same texts with the unit-noise spread test or without decoys
+VIEWS: dict[str, tuple[str, int]] = {"family-16-normal": ("family-16", 16), "family-16-nodecoy": ("family-16", 16),
+                                     "family-8": ("family-16", 8),
                                      "family-8-normal": ("family-16", 8), "family-4": ("family-16", 4)}
 
 
@@ -188,6 +190,8 @@ def evaluate(args: argparse.Namespace, cache: Path) -> dict:
               flush=True)
 
     spoof_cache: dict[tuple, list[str]] = {}
+    forged_cache: dict[tuple, list[str]] = {}
+    shared: dict[str, object] = {}
     for tag in args.schemes:
         name, params = SCHEMES[tag]
         if tag in VIEWS:
@@ -200,26 +204,33 @@ def evaluate(args: argparse.Namespace, cache: Path) -> dict:
             continue
         victim = reg.create("scheme", name, params, victim_key(args.seed), V)
         other = reg.create("scheme", name, params, victim_key(args.seed, "unrelated"), V)
+        for role, sch in (("victim", victim), ("unrelated", other)):  # families of one key share members and decoys
+            if hasattr(sch, "members"):  # (same keys and params: their exact null laws are built once)
+                prev = shared.setdefault(role, sch)
+                sch.members = prev.members[: len(sch.members)] if len(prev.members) >= len(sch.members) else sch.members
+                sch.decoys = prev.decoys[: len(sch.decoys)] if len(prev.decoys) >= len(sch.decoys) else sch.decoys
         family = getattr(victim, "members", None)
         K = len(family) if family else 0
+        pool_id = VIEWS.get(tag, (tag, K))  # tags on the same texts share the forged and spoofed texts
         # the price: clean power and tokens-to-detect, FPR on the unwatermarked samples
         wm_texts = [r["text"] for r in pool[: args.n_power]]
-        record(tag, "none", 0, "tpr", flagged(victim, wm_texts))
-        record(tag, "none", 0, "fpr-unwatermarked", flagged(victim, [r["text"] for r in none[: args.n_power]]))
-        ids, valid = ids_of(wm_texts)
-        lengths = list(range(4, 129, 4))
-        det = torch.stack([victim.score_ids(ids[:, :L], valid[:, :L]).p_value <= args.alpha for L in lengths])  # (L, B)
-        for L in (16, 32):  # power on short prefixes, where the family's correction costs
-            record(tag, "none", 0, f"tpr@{L}-tokens", det[lengths.index(L)].numpy())
-        first = torch.where(det.any(0), torch.tensor(lengths, dtype=torch.float64)[det.int().argmax(0)],
-                            torch.tensor(float("inf"), dtype=torch.float64))
-        rows.append({"scheme": tag, "thief": "none", "n_stolen": 0, "budget": 0.0, "metric": "median-tokens-to-detect",
-                     "value": float(first.median()), "lo": float("nan"), "hi": float("nan"), "n": len(wm_texts)})
-        print(f"{tag:14s} median tokens-to-detect {float(first.median())} (n={len(wm_texts)})", flush=True)
-        for strength in args.flood:  # flood robustness: one repeated token (registered flood-token)
-            atk = reg.create("attack", "flood-token", {"similarity": False})
-            record(tag, f"flood-token@{strength:g}", 0, "tpr-after-attack",
-                   flagged(victim, atk.apply(wm_texts, strength, gen(f"{tag}/flood/{strength}")).texts))
+        if args.n_power:  # (--n-power 0 skips it)
+            record(tag, "none", 0, "tpr", flagged(victim, wm_texts))
+            record(tag, "none", 0, "fpr-unwatermarked", flagged(victim, [r["text"] for r in none[: args.n_power]]))
+            ids, valid = ids_of(wm_texts)
+            lengths = list(range(4, 129, 4))
+            det = torch.stack([victim.score_ids(ids[:, :L], valid[:, :L]).p_value <= args.alpha for L in lengths])  # (L, B)
+            for L in (16, 32):  # power on short prefixes, where the family's correction costs
+                record(tag, "none", 0, f"tpr@{L}-tokens", det[lengths.index(L)].numpy())
+            first = torch.where(det.any(0), torch.tensor(lengths, dtype=torch.float64)[det.int().argmax(0)],
+                                torch.tensor(float("inf"), dtype=torch.float64))
+            rows.append({"scheme": tag, "thief": "none", "n_stolen": 0, "budget": 0.0, "metric": "median-tokens-to-detect",
+                         "value": float(first.median()), "lo": float("nan"), "hi": float("nan"), "n": len(wm_texts)})
+            print(f"{tag:14s} median tokens-to-detect {float(first.median())} (n={len(wm_texts)})", flush=True)
+            for strength in args.flood:  # flood robustness: one repeated token (registered flood-token)
+                atk = reg.create("attack", "flood-token", {"similarity": False})
+                record(tag, f"flood-token@{strength:g}", 0, "tpr-after-attack",
+                       flagged(victim, atk.apply(wm_texts, strength, gen(f"{tag}/flood/{strength}")).texts))
         ns = sorted({n for n in args.ns if n <= min(len(pool), len(none))} | ({min(len(pool), len(none))} if args.include_max else set()))
         for n in ns:
             w_ids, r_ids = [r["ids"] for r in pool[:n]], [r["ids"] for r in none[:n]]
@@ -235,8 +246,11 @@ def evaluate(args: argparse.Namespace, cache: Path) -> dict:
                 print(f"{tag:14s} adaptive clustering purity at N={n}: {purity:.3f}", flush=True)
             for thief, st in thieves.items():
                 for attack in ("spoof-insert", "spoof-substitute"):
-                    atk = reg.create("attack", attack, {"similarity": False}, backend=backend, stealer=st)
-                    forged = atk.apply(human, args.budget, gen(f"{tag}/{thief}/{n}/{attack}")).texts
+                    def forge() -> list[str]:
+                        atk = reg.create("attack", attack, {"similarity": False}, backend=backend, stealer=st)
+                        return atk.apply(human, args.budget, gen(f"{pool_id[0]}/{thief}/{n}/{attack}")).texts
+                    key = (*pool_id, thief, n, attack)  # tags on the same texts forge once
+                    forged = forged_cache[key] = forged_cache.get(key) or forge()
                     record(tag, f"{thief}/{attack}", n, "spoof-rate", flagged(victim, forged))
                     record(tag, f"{thief}/{attack}", n, "unrelated-key-rate", flagged(other, forged))
         if family:  # oracle thieves: N → ∞ without / with telling the members apart
@@ -245,12 +259,14 @@ def evaluate(args: argparse.Namespace, cache: Path) -> dict:
             oracles = {"oracle-mixture": c.mean(0), "oracle-member": c[0]}
             for thief, score in oracles.items():
                 st = OracleStealer(torch.where(keep, score, torch.zeros_like(score)))
-                atk = reg.create("attack", "spoof-insert", {"similarity": False}, backend=backend, stealer=st)
-                forged = atk.apply(human, args.budget, gen(f"{tag}/{thief}")).texts
+                def forge() -> list[str]:
+                    atk = reg.create("attack", "spoof-insert", {"similarity": False}, backend=backend, stealer=st)
+                    return atk.apply(human, args.budget, gen(f"{pool_id[0]}/{thief}")).texts
+                key = (*pool_id, thief)
+                forged = forged_cache[key] = forged_cache.get(key) or forge()
                 record(tag, f"{thief}/spoof-insert", 0, "spoof-rate", flagged(victim, forged))
                 record(tag, f"{thief}/spoof-insert", 0, "unrelated-key-rate", flagged(other, forged))
         gen_ns = [n for n in (args.gen_spoof_ns or ns[-1:]) if n in ns] if args.n_gen_spoof else []
-        pool_id = VIEWS.get(tag, (tag, K))  # tags on the same texts share the spoofed texts
         for n in gen_ns:  # the generation spoofer (default: at the largest N)
             from sketchwm.data import load_prompts
             from sketchwm_attacks.stealing import WatermarkStealer
@@ -339,9 +355,11 @@ def price(args: argparse.Namespace, cache: Path) -> dict:
     texts = [r["ids"] for r in read_texts(path)[: args.n_power]]
     none = [r["ids"] for r in generate("none", args.n_power, args.seed, cache, args.batch_size, args.length, args.steps)]
     detectors = {"global-sketch (member key)": reg.create("scheme", "global-sketch", {}, key0, V)}
-    for spread in args.spreads:
-        detectors[f"family-{args.members} ({spread})"] = reg.create(
-            "scheme", "global-sketch-family", {"members": args.members, "spread": spread}, victim_key(args.seed), V)
+    for variant in args.spreads:  # "student" (default decoys), "student:M" (M decoys) or "normal"
+        spread, _, m = variant.partition(":")
+        extra = {"decoys": int(m)} if m else {}
+        detectors[f"family-{args.members} ({variant})"] = reg.create(
+            "scheme", "global-sketch-family", {"members": args.members, "spread": spread, **extra}, victim_key(args.seed), V)
     ids, valid = pad_ids(texts)
     nids, nvalid = pad_ids(none)
     lengths = list(range(4, args.length + 1, 4))
@@ -461,7 +479,8 @@ def main(argv: list[str] | None = None) -> dict:
     pp = sub.add_parser("price", help="power of the family vs the undefended default on the same texts (price doc)")
     pp.add_argument("--n-power", type=int, default=100)
     pp.add_argument("--members", type=int, default=16)
-    pp.add_argument("--spreads", nargs="+", default=["student", "normal"], choices=["student", "normal"])
+    pp.add_argument("--spreads", nargs="+", default=["student", "student:0", "normal"],
+                    help="spread tests of the family: student (default decoys), student:M (M decoys), normal")
     pp.add_argument("--alpha", type=float, default=0.01)
     pp.add_argument("--batch-size", type=int, default=25)
     t = sub.add_parser("tables", help="rewrite tables.md and the plot from an existing results.csv")

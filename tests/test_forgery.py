@@ -96,15 +96,39 @@ def test_student_spread_holds_when_the_members_spread_more_than_unit_noise():
     assert float((normal <= 0.01).double().mean()) >= 0.05
 
 
+def test_decoys_keep_the_level_and_cost_less_power():
+    """Members' z i.i.d. N(8, 3²) and 32 decoys' N(0, 3²) (the decoys share the text's noise, not the
+    lift): the pooled studentised test stays at its level (K = 16, 40,000 texts). On genuine texts
+    (one member at z = 5, the rest and the decoys N(0, 1)) it flags more than the test without
+    decoys, whose K − 2 degrees of freedom make the t tail heavy."""
+    g = torch.Generator().manual_seed(8)
+    K, M, B = 16, 32, 40_000
+    z = 8.0 + 3.0 * torch.randn(K, B, generator=g, dtype=torch.float64)
+    zd = 3.0 * torch.randn(M, B, generator=g, dtype=torch.float64)
+    p = torch.from_numpy(ndtr(-z.numpy()))
+    pv, _, _ = family_pvalues(p, z, spread="student", z_decoy=zd)
+    for alpha in (0.01, 0.05):
+        assert float((pv <= alpha).double().mean()) <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / B)
+    zg = torch.randn(K, B, generator=g, dtype=torch.float64)
+    zg[0] += 5.0
+    pg = torch.from_numpy(ndtr(-zg.numpy()))
+    with_decoys, _, _ = family_pvalues(pg, zg, spread="student", z_decoy=torch.randn(M, B, generator=g, dtype=torch.float64))
+    without, _, _ = family_pvalues(pg, zg, spread="student")
+    assert float((with_decoys <= 0.01).double().mean()) > float((without <= 0.01).double().mean()) + 0.1
+
+
 def test_spread_test_needs_enough_members():
-    """The studentised spread test needs 3 members, the unit-noise one 2: fewer is a clear error."""
+    """The studentised spread test needs one degree of freedom (3 members, or 2 members and 2
+    decoys), the unit-noise one 2 members: fewer is a clear error."""
     z = torch.zeros(2, 3, dtype=torch.float64)
     with pytest.raises(ConfigError, match="at least 3"):
         family_pvalues(torch.full_like(z, 0.5), z, spread="student")
+    family_pvalues(torch.full_like(z, 0.5), z, spread="student", z_decoy=torch.zeros(2, 3, dtype=torch.float64))
     with pytest.raises(ConfigError, match="unknown spread"):
         family_pvalues(torch.full_like(z, 0.5), z, spread="t")
-    with pytest.raises(Exception, match="members >= 3"):
-        get_registry().create("scheme", "global-sketch-family", {**UNIFORM, "members": 2}, WatermarkKey(b"\x01" * 32), 99)
+    with pytest.raises(Exception, match="members >= 3 or decoys >= 2"):
+        get_registry().create("scheme", "global-sketch-family", {**UNIFORM, "members": 2, "decoys": 0},
+                              WatermarkKey(b"\x01" * 32), 99)
 
 
 def test_family_scheme_null_per_key_on_random_texts(tiny):
