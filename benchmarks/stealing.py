@@ -320,8 +320,8 @@ def price(args: argparse.Namespace, cache: Path) -> dict:
     with ``global-sketch`` under the victim's member-0 key and scored twice: by ``global-sketch``
     under that key (the undefended default) and by the family (``--members``, each spread test)
     under the victim key. Reported: TPR at p ≤ ``--alpha``, the TPR on the first 16 and 32 tokens,
-    the median tokens-to-detect (prefixes 4, 8, …), and the FPR on ``--n-power`` unwatermarked
-    samples of the same length (``none`` generation file, generated when missing).
+    the median tokens-to-detect (prefixes 4, 8, …), and the FPR on ``--n-null`` unwatermarked
+    samples of the same length (``none`` generation file, generated when missing; 0 skips it).
     """
     import numpy as np
 
@@ -353,7 +353,7 @@ def price(args: argparse.Namespace, cache: Path) -> dict:
                 fh.flush()
                 print(f"[member-0] {b0 + len(chunk)}/{args.n_power} texts", flush=True)
     texts = [r["ids"] for r in read_texts(path)[: args.n_power]]
-    none = [r["ids"] for r in generate("none", args.n_power, args.seed, cache, args.batch_size, args.length, args.steps)]
+    none = [r["ids"] for r in generate("none", args.n_null, args.seed, cache, args.batch_size, args.length, args.steps)] if args.n_null else []
     detectors = {"global-sketch (member key)": reg.create("scheme", "global-sketch", {}, key0, V)}
     for variant in args.spreads:  # "student" (default decoys), "student:M" (M decoys) or "normal"
         spread, _, m = variant.partition(":")
@@ -361,7 +361,7 @@ def price(args: argparse.Namespace, cache: Path) -> dict:
         detectors[f"family-{args.members} ({variant})"] = reg.create(
             "scheme", "global-sketch-family", {"members": args.members, "spread": spread, **extra}, victim_key(args.seed), V)
     ids, valid = pad_ids(texts)
-    nids, nvalid = pad_ids(none)
+    nids, nvalid = pad_ids(none) if none else (None, None)
     lengths = list(range(4, args.length + 1, 4))
     res = {}
     for name, det in detectors.items():
@@ -370,7 +370,7 @@ def price(args: argparse.Namespace, cache: Path) -> dict:
         first = np.where(hits.any(0), np.array(lengths)[hits.argmax(0)], np.inf)
         row = {"tpr": bootstrap_rate(hits[-1]), "tpr@16": bootstrap_rate(hits[lengths.index(16)]),
                "tpr@32": bootstrap_rate(hits[lengths.index(32)]), "median-tokens-to-detect": float(np.median(first)),
-               "fpr": bootstrap_rate(flag(nids, nvalid)), "n": len(texts), "n_null": len(none)}
+               "fpr": bootstrap_rate(flag(nids, nvalid) if none else []), "n": len(texts), "n_null": len(none)}
         res[name] = row
         print(f"{name:32s} TPR@{args.length} {row['tpr'][0]:.3f} [{row['tpr'][1]:.3f}, {row['tpr'][2]:.3f}]  "
               f"TPR@16 {row['tpr@16'][0]:.3f} [{row['tpr@16'][1]:.3f}, {row['tpr@16'][2]:.3f}]  "
@@ -478,6 +478,7 @@ def main(argv: list[str] | None = None) -> dict:
     e.add_argument("--out", default="benchmarks/stealing")
     pp = sub.add_parser("price", help="power of the family vs the undefended default on the same texts (price doc)")
     pp.add_argument("--n-power", type=int, default=100)
+    pp.add_argument("--n-null", type=int, default=100, help="unwatermarked texts for the FPR (0: skip)")
     pp.add_argument("--members", type=int, default=16)
     pp.add_argument("--spreads", nargs="+", default=["student", "student:0", "normal"],
                     help="spread tests of the family: student (default decoys), student:M (M decoys), normal")
