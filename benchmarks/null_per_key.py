@@ -10,8 +10,10 @@ model's corpus and from the token prior; nothing was fitted on them), for each s
 * ``unigram`` — the Unigram baseline (exact hypergeometric p-value under a random key);
 * ``dmark`` — DMark's KGW detector (exact binomial on distinct (context, token) pairs);
 * ``gumbel-position`` — the position-seeded Gumbel-max detector (exact Gamma(n, 1) tail);
-* ``family`` — ``global-sketch-family``, the default's defence against stealing (8 member keys,
-  Bonferroni family test and spread test).
+* ``family`` — ``global-sketch-family``, the default's defence against stealing (16 member keys,
+  Bonferroni family test and the studentised spread test with 32 decoy keys; its p-value is never
+  below the family test's, so ``--params '{"family": {"spread_test": false}}'`` measures a bound
+  that holds for every spread test).
 
 The last three are run only when named (e.g. ``--schemes dmark gumbel-position family``).
 

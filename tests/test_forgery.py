@@ -22,7 +22,7 @@ from scipy.special import ndtr, ndtri
 
 from sketchwm.detection import pad_ids
 from sketchwm.engine import MaskedDiffusionSampler
-from sketchwm.errors import InputError
+from sketchwm.errors import ConfigError, InputError
 from sketchwm.keys import WatermarkKey
 from sketchwm.registry import get_registry
 from sketchwm.testing import tiny_backend, tiny_texts
@@ -54,8 +54,9 @@ def test_family_pvalue_is_valid_under_the_null(K, correction):
     p = torch.rand(K, B, generator=g, dtype=torch.float64)
     z = torch.from_numpy(-ndtri(p.numpy()))
     plain, _, _ = family_pvalues(p, z, correction, spread_test=False)
-    both, _, _ = family_pvalues(p, z, correction, spread_test=True)
-    assert bool((both >= plain).all())
+    for spread in ("student", "normal") if K >= 3 else ("normal",):
+        both, _, _ = family_pvalues(p, z, correction, spread_test=True, spread=spread)
+        assert bool((both >= plain).all())
     for alpha in (0.01, 0.05):
         sd = math.sqrt(alpha * (1 - alpha) / B)
         rate = float((plain <= alpha).double().mean())
@@ -64,18 +65,70 @@ def test_family_pvalue_is_valid_under_the_null(K, correction):
             assert rate >= alpha - 3 * sd, (alpha, rate)
 
 
-def test_spread_test_is_valid_under_its_spoof_null():
+@pytest.mark.parametrize("spread", ["student", "normal"])
+@pytest.mark.parametrize("K", [4, 16])
+def test_spread_test_is_valid_under_its_spoof_null(K, spread):
     """Every member shifted by the same amount (a forger mixing them) with unit noise: the spread
     p-value is ≤ α at most α + 3 s.d. of the time, although every member's z is far in the tail."""
-    g = torch.Generator().manual_seed(1)
-    K, B = 8, 40_000
+    g = torch.Generator().manual_seed(K)
+    B = 40_000
     z = 6.0 + torch.randn(K, B, generator=g, dtype=torch.float64)
     p = torch.from_numpy(ndtr(-z.numpy()))  # each member's own p-value 1 − Φ(z)
-    pv, _, d = family_pvalues(p, z, "bonferroni", spread_test=True)
+    pv, _, d = family_pvalues(p, z, "bonferroni", spread_test=True, spread=spread)
     plain, _, _ = family_pvalues(p, z, "bonferroni", spread_test=False)
     assert float((plain <= 0.01).double().mean()) == 1.0  # the family test alone is fooled
     for alpha in (0.01, 0.05):
         assert float((pv <= alpha).double().mean()) <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / B)
+
+
+def test_student_spread_holds_when_the_members_spread_more_than_unit_noise():
+    """A forgery whose members' z spread with σ = 3 (stolen tokens repeated through the text): the
+    studentised test stays at its level (≤ α + 3 s.d., K = 16, 40,000 texts); the unit-noise test
+    does not (its rate at α = .01 is several times α), which is why ``student`` is the default."""
+    g = torch.Generator().manual_seed(7)
+    K, B = 16, 40_000
+    z = 8.0 + 3.0 * torch.randn(K, B, generator=g, dtype=torch.float64)
+    p = torch.from_numpy(ndtr(-z.numpy()))
+    student, _, _ = family_pvalues(p, z, "bonferroni", spread_test=True, spread="student")
+    normal, _, _ = family_pvalues(p, z, "bonferroni", spread_test=True, spread="normal")
+    for alpha in (0.01, 0.05):
+        assert float((student <= alpha).double().mean()) <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / B)
+    assert float((normal <= 0.01).double().mean()) >= 0.05
+
+
+def test_decoys_keep_the_level_and_cost_less_power():
+    """Members' z i.i.d. N(8, 3²) and 32 decoys' N(0, 3²) (the decoys share the text's noise, not the
+    lift): the pooled studentised test stays at its level (K = 16, 40,000 texts). On genuine texts
+    (one member at z = 5, the rest and the decoys N(0, 1)) it flags more than the test without
+    decoys, whose K − 2 degrees of freedom make the t tail heavy."""
+    g = torch.Generator().manual_seed(8)
+    K, M, B = 16, 32, 40_000
+    z = 8.0 + 3.0 * torch.randn(K, B, generator=g, dtype=torch.float64)
+    zd = 3.0 * torch.randn(M, B, generator=g, dtype=torch.float64)
+    p = torch.from_numpy(ndtr(-z.numpy()))
+    pv, _, _ = family_pvalues(p, z, spread="student", z_decoy=zd)
+    for alpha in (0.01, 0.05):
+        assert float((pv <= alpha).double().mean()) <= alpha + 3 * math.sqrt(alpha * (1 - alpha) / B)
+    zg = torch.randn(K, B, generator=g, dtype=torch.float64)
+    zg[0] += 5.0
+    pg = torch.from_numpy(ndtr(-zg.numpy()))
+    with_decoys, _, _ = family_pvalues(pg, zg, spread="student", z_decoy=torch.randn(M, B, generator=g, dtype=torch.float64))
+    without, _, _ = family_pvalues(pg, zg, spread="student")
+    assert float((with_decoys <= 0.01).double().mean()) > float((without <= 0.01).double().mean()) + 0.1
+
+
+def test_spread_test_needs_enough_members():
+    """The studentised spread test needs one degree of freedom (3 members, or 2 members and 2
+    decoys), the unit-noise one 2 members: fewer is a clear error."""
+    z = torch.zeros(2, 3, dtype=torch.float64)
+    with pytest.raises(ConfigError, match="at least 3"):
+        family_pvalues(torch.full_like(z, 0.5), z, spread="student")
+    family_pvalues(torch.full_like(z, 0.5), z, spread="student", z_decoy=torch.zeros(2, 3, dtype=torch.float64))
+    with pytest.raises(ConfigError, match="unknown spread"):
+        family_pvalues(torch.full_like(z, 0.5), z, spread="t")
+    with pytest.raises(Exception, match="members >= 3 or decoys >= 2"):
+        get_registry().create("scheme", "global-sketch-family", {**UNIFORM, "members": 2, "decoys": 0},
+                              WatermarkKey(b"\x01" * 32), 99)
 
 
 def test_family_scheme_null_per_key_on_random_texts(tiny):
@@ -102,7 +155,7 @@ def test_member_keys_are_domain_separated_and_prefix_stable(tiny):
     key = WatermarkKey(b"\x07" * 32)
     assert member_key(key, 0).secret != member_key(key, 1).secret != key.secret
     assert member_key(key, 0).secret != key.subkey("k_sk").secret
-    small, large = _family(tiny.vocab_size, key, members=2), _family(tiny.vocab_size, key, members=5)
+    small, large = _family(tiny.vocab_size, key, members=2, spread="normal"), _family(tiny.vocab_size, key, members=5)
     for a, b in zip(small.members, large.members):
         assert torch.equal(a.token_weights(), b.token_weights())
 

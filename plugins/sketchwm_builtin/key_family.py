@@ -20,14 +20,25 @@ Detection, two tests.
    one key held, whatever the dependence between members (Bonferroni).
 2. *Spread test* (the evidence belongs to one member, as genuine embedding puts it; Gloaguen et
    al. 2025 test learned spoofs the same way): a forger who mixes the members raises every member's
-   z by about the same amount; a genuine text raises one. With z_i each member's z and b the
-   member of smallest p_i, the contrast
+   z by about the same amount; a genuine text raises one. With z_i each member's z, b the member
+   of smallest p_i, m and s the mean and standard deviation (ddof 1) of the other K − 1 members' z:
 
-       d_b = (z_b − mean_{j≠b} z_j) / (1 + 1/(K − 1))^{1/2}
-
-   is ~ N(0, 1) for each b when every member's z has the same mean shift and independent unit
-   noise (the spoof null: a text that favours no member over the others), so
-   p_spread = min(1, K·(1 − Φ(d_b))) (Bonferroni over the choice of b).
+   * ``spread="student"`` (default): t_b = (z_b − m) / (max(s, 1)·(1 + 1/(K − 1))^{1/2}), where s
+     pools the other members' spread with that of M *decoy* keys k'_j = HMAC(k,
+     "subkey/global-sketch-family/decoy=j") (``decoys``; never embedded, scored only to measure how
+     far z spreads over keys the text does not favour): s² = (Σ_{i≠b}(z_i − m)² + Σ_j(z'_j − m')²)
+     / ν with ν = (K − 2) + (M − 1) degrees of freedom (M − 1 → 0 when M < 2). When the members' z
+     are i.i.d. N(μ, σ²) and the decoys' i.i.d. N(μ', σ²), any μ, μ', σ (the spoof null: a text that
+     favours no member over the others; decoys are lifted by nothing a thief counted, but share the
+     text's noise), (z_i − m_{−i}) / (s_{−i}(1 + 1/(K − 1))^{1/2}) is Student-t with ν degrees of
+     freedom for each fixed i (the prediction-interval pivot), and max(s, 1) ≥ s only lowers it, so
+     p_spread = min(1, K·P(T_ν ≥ t_b)) (Bonferroni over the choice of b) is conservative for every
+     σ. Stolen tokens repeated through a text inflate σ well above 1: the studentised contrast
+     scales with it, the unit-noise one does not. The decoys buy degrees of freedom: with K − 2
+     alone the t tail costs power on short genuine texts. Needs ν ≥ 1.
+   * ``spread="normal"``: d_b = (z_b − m) / (1 + 1/(K − 1))^{1/2}, ~ N(0, 1) when the members' noise
+     has unit variance, p_spread = min(1, K·(1 − Φ(d_b))). More power on short genuine texts, but
+     a forgery with σ > 1 passes it more often than its level.
 
 The reported p-value is max(p_fam, p_spread) (``spread_test=True``; p_fam alone otherwise): it is
 never below p_fam, so the per-key promise of test 1 holds unchanged, and a text is flagged at level
@@ -58,7 +69,7 @@ from sketchwm.stats import normal_isf
 
 from .global_sketch import GlobalSketchParams, GlobalSketchScheme
 
-__all__ = ["GlobalSketchFamilyScheme", "GlobalSketchFamilyParams", "member_key", "family_pvalues"]
+__all__ = ["GlobalSketchFamilyScheme", "GlobalSketchFamilyParams", "member_key", "decoy_key", "family_pvalues"]
 
 #: domain of the member keys: ``key.subkey(MEMBER_DOMAIN.format(i=i))``
 MEMBER_DOMAIN = "global-sketch-family/member={i}"
@@ -67,6 +78,11 @@ MEMBER_DOMAIN = "global-sketch-family/member={i}"
 def member_key(key: Any, i: int) -> Any:
     """Member i's key: ``key.subkey("global-sketch-family/member=i")`` (HMAC-SHA256, domain-separated)."""
     return key.subkey(MEMBER_DOMAIN.format(i=int(i)))
+
+
+def decoy_key(key: Any, j: int) -> Any:
+    """Decoy j's key (detection only, never embedded): ``key.subkey("global-sketch-family/decoy=j")``."""
+    return key.subkey(f"global-sketch-family/decoy={int(j)}")
 
 
 class GlobalSketchFamilyParams(StrictModel):
@@ -79,13 +95,18 @@ class GlobalSketchFamilyParams(StrictModel):
         correction: family-wise correction of the minimum member p-value: ``bonferroni``
             (min(1, K·p), valid under any dependence) or ``sidak`` (1 − (1 − p)^K, exact for
             independent members).
-        spread_test: also require the evidence to favour one member (module doc, test 2); needs K ≥ 2.
+        spread_test: also require the evidence to favour one member (module doc, test 2).
+        spread: the spread test's null: ``student`` (members' z i.i.d. with unknown spread) or
+            ``normal`` (unit spread).
+        decoys: M, detection-only keys whose z measure the text's spread for ``student`` (module doc).
     """
 
-    members: int = Field(8, ge=1, le=1024)
+    members: int = Field(16, ge=1, le=1024)
     member: GlobalSketchParams = GlobalSketchParams()
     correction: Literal["bonferroni", "sidak"] = "bonferroni"
     spread_test: bool = True
+    spread: Literal["student", "normal"] = "student"
+    decoys: int = Field(32, ge=0, le=1024)
     min_tokens: int = Field(16, ge=1)
 
     @model_validator(mode="after")
@@ -93,25 +114,35 @@ class GlobalSketchFamilyParams(StrictModel):
         if self.spread_test and self.members < 2:
             raise ValueError("spread_test needs members >= 2 (it compares the best member with the others); "
                              "set spread_test=false for a single member")
+        if self.spread_test and self.spread == "student" and _dof(self.members, self.decoys) < 1:
+            raise ValueError("spread='student' needs members >= 3 or decoys >= 2 (degrees of freedom for the spread)")
         return self
 
 
+def _dof(K: int, M: int) -> int:
+    """ν = (K − 2) + (M − 1 when M ≥ 2): the studentised spread test's degrees of freedom."""
+    return (K - 2) + (M - 1 if M >= 2 else 0)
+
+
 def family_pvalues(p: torch.Tensor, z: torch.Tensor, correction: str = "bonferroni",
-                   spread_test: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   spread_test: bool = True, spread: str = "student",
+                   z_decoy: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The family's p-value from its members' p-values and z-scores (module doc, tests 1 and 2).
 
     Args:
         p: (K, B) float64 member p-values (each valid for its own key).
         z: (K, B) float64 member z-scores.
         correction: ``bonferroni`` or ``sidak``.
-        spread_test: combine with the spread test (K ≥ 2).
+        spread_test: combine with the spread test.
+        spread: ``student`` or ``normal``, the spread test's null (module doc).
+        z_decoy: (M, B) float64 decoy z-scores pooled into the spread for ``student`` (None: M = 0).
 
     Returns:
         (p_value (B,) float64 = max(p_fam, p_spread) or p_fam, best (B,) int64 member of smallest
-        p_i, d (B,) float64 the contrast d_b, NaN when K = 1).
+        p_i, d (B,) float64 the spread contrast (t_b or d_b), NaN when K is too small for it).
 
     Raises:
-        ConfigError: unknown correction, or the spread test with K < 2.
+        ConfigError: unknown correction or spread, or the spread test with too few members (and decoys).
     """
     K = p.shape[0]
     p_min, best = p.min(0)  # (B,), (B,)
@@ -122,18 +153,32 @@ def family_pvalues(p: torch.Tensor, z: torch.Tensor, correction: str = "bonferro
         p_fam = torch.where(p_min >= 1.0, torch.ones_like(p_fam), p_fam)
     else:
         raise ConfigError(f"unknown family-wise correction {correction!r} (bonferroni | sidak)")
-    if K < 2:
+    if spread not in ("student", "normal"):
+        raise ConfigError(f"unknown spread test {spread!r} (student | normal)")
+    M = 0 if z_decoy is None else z_decoy.shape[0]
+    if K < 2 or (spread == "student" and _dof(K, M) < 1):
         if spread_test:
-            raise ConfigError("the spread test needs at least 2 members")
+            raise ConfigError(f"the {spread} spread test needs at least {2 if spread == 'normal' else 3} members "
+                              "(or, for student, 2 members and 2 decoys)")
         return p_fam, best, torch.full_like(p_fam, float("nan"))
-    z_best = z.gather(0, best[None])[0]  # (B,)
-    z_rest = (z.sum(0) - z_best) / (K - 1)  # (B,) mean of the other members
-    d = (z_best - z_rest) / math.sqrt(1.0 + 1.0 / (K - 1))  # (B,)
+    from scipy import stats
+
+    zc = z - z.mean(0)  # (K, B) centred per text (no cancellation in the sums below)
+    z_best = zc.gather(0, best[None])[0]  # (B,)
+    m_rest = (zc.sum(0) - z_best) / (K - 1)  # (B,) mean of the other members
+    d = (z_best - m_rest) / math.sqrt(1.0 + 1.0 / (K - 1))  # (B,) unit-noise contrast
+    if spread == "student":
+        ss = (zc.square().sum(0) - z_best.square() - (K - 1) * m_rest.square()).clamp(min=0.0)  # (B,) other members
+        if M >= 2:
+            ss = ss + (z_decoy - z_decoy.mean(0)).square().sum(0)  # (B,) + the decoys' own spread
+        nu = _dof(K, M)
+        d = d / (ss / nu).sqrt().clamp(min=1.0)  # (B,) t_b: scaled by max(s, 1)
+        tail = stats.t.sf(d.cpu().numpy(), nu)  # P(T_ν ≥ t_b)
+    else:
+        tail = stats.norm.sf(d.cpu().numpy())  # 1 − Φ(d_b)
     if not spread_test:
         return p_fam, best, d
-    from scipy.special import ndtr
-
-    p_spread = torch.from_numpy(np.minimum(1.0, K * ndtr(-d.cpu().numpy()))).to(p_fam)  # K·(1 − Φ(d))
+    p_spread = torch.from_numpy(np.minimum(1.0, K * tail)).to(p_fam)  # Bonferroni over the choice of b
     return torch.maximum(p_fam, p_spread), best, d
 
 
@@ -151,6 +196,8 @@ class GlobalSketchFamilyScheme(WatermarkScheme):
 
     Attributes:
         members: the K member :class:`GlobalSketchScheme` instances.
+        decoys: the M decoy :class:`GlobalSketchScheme` instances (detection only; empty unless
+            the studentised spread test is on).
         drawn: (B,) int64, the member each text of the last generated batch was embedded under
             (None before the first step of a generation); a benchmark's ground truth, never needed
             for detection.
@@ -171,6 +218,9 @@ class GlobalSketchFamilyScheme(WatermarkScheme):
         self.members = [GlobalSketchScheme(member, member_key(key, i), vocab_size, device, registry=registry,
                                            tokenizer_fingerprint=tokenizer_fingerprint)
                         for i in range(self.params.members)]
+        n_decoys = self.params.decoys if self.params.spread_test and self.params.spread == "student" else 0
+        self.decoys = [GlobalSketchScheme(member, decoy_key(key, j), vocab_size, device, registry=registry,
+                                          tokenizer_fingerprint=tokenizer_fingerprint) for j in range(n_decoys)]
         self.prior_fingerprint = self.members[0].prior_fingerprint
         self.drawn: torch.Tensor | None = None
         self._begin: tuple[int, int, torch.Tensor, torch.Tensor] | None = None
@@ -244,14 +294,16 @@ class GlobalSketchFamilyScheme(WatermarkScheme):
             InputError: ids outside [0, V).
         """
         p, z, n, method = self.member_scores(ids, valid)
-        pv, best, _ = family_pvalues(p, z, self.params.correction, self.params.spread_test)
+        z_decoy = torch.stack([d.score_ids(ids, valid).z.double() for d in self.decoys]) if self.decoys else None  # (M, B)
+        pv, best, _ = family_pvalues(p, z, self.params.correction, self.params.spread_test, self.params.spread, z_decoy)
         from scipy.special import ndtri
 
         score = torch.from_numpy(-ndtri(np.clip(pv.cpu().numpy(), 1e-300, 1.0))).to(pv)  # Φ⁻¹(1 − p)
         z_best = z.gather(0, best[None])[0]
         how = (f"{self.params.correction} over {self.params.members} member keys of "
                f"[{method}]"
-               + (" and the spread test" if self.params.spread_test else ""))
+               + (f" and the {self.params.spread} spread test" if self.params.spread_test else "")
+               + (f" ({len(self.decoys)} decoy keys)" if self.decoys else ""))
         return SchemeScores(score, z_best, pv, n, how)
 
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:

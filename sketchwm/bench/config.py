@@ -125,15 +125,43 @@ class PromptSet(StrictModel):
 
 
 class StealingSpec(StrictModel):
-    """Watermark stealing (Jovanović et al. 2024): fit a stealer on ``train_n`` watermarked texts,
-    spoof ``spoof_n`` unwatermarked generations with logit boost ``delta``, scrub the watermarked
-    texts at ``scrub_strengths`` (the first ``scrub_n`` of them; None: all)."""
+    """Watermark stealing (Jovanović et al. 2024): fit a stealer on ``train_n`` watermarked texts
+    (against as many unwatermarked samples of the same model, shared by schemes and keys), spoof
+    ``spoof_n`` unwatermarked generations with logit boost ``delta`` (``generation: false`` skips
+    them), scrub the watermarked texts at ``scrub_strengths`` (the first ``scrub_n`` of them; None:
+    all), and forge human text with each registered text spoofer of ``text_attacks`` (e.g.
+    ``spoof-insert``, ``spoof-substitute``; it fits its own thief on the same stolen texts) at
+    ``budget`` edited words per word, on the first ``human_n`` passages of each ``human`` domain
+    (a shipped set of :mod:`sketchwm.data`, or ``tiny``: 30-word strings of the tiny test model's words)."""
 
     train_n: list[int] = Field(min_length=1)
     spoof_n: int = Field(20, ge=1)
     delta: float = Field(4.0, ge=0)
+    generation: bool = True
     scrub_strengths: list[float] = []
     scrub_n: int | None = Field(None, ge=1)
+    text_attacks: list[str] = []
+    budget: float = Field(0.2, gt=0, le=1)
+    human: list[str] = Field(["heldout-manpages", "heldout-culture"], min_length=1)
+    human_n: int = Field(50, ge=1)
+
+    @model_validator(mode="after")
+    def _check_human(self) -> "StealingSpec":
+        from ..data import HELDOUT_NAMES, NAMES
+
+        bad = [h for h in self.human if h not in (*HELDOUT_NAMES, *NAMES, "tiny")]
+        if bad:
+            raise ValueError(f"unknown human text source(s) {bad}; valid: {', '.join((*HELDOUT_NAMES, *NAMES, 'tiny'))}")
+        return self
+
+    def identity(self) -> dict:
+        """The spec as JSON for cell hashes: the forgery fields left out while at their defaults, so
+        configs written before them keep their cells' hashes (and finished work)."""
+        d = self.model_dump(mode="json")
+        for name in ("generation", "text_attacks", "budget", "human", "human_n"):
+            if d[name] == type(self).model_fields[name].get_default(call_default_factory=True):
+                del d[name]
+        return d
 
 
 class TheorySpec(StrictModel):

@@ -7,7 +7,9 @@ is shown as ± one standard deviation). Tables, one per task:
   TPR, observed FPR on the disjoint null split, ROC AUC, tokens-to-detect;
 * **robustness: <family>** — TPR at 1% FPR after each attack of the family, per strength;
 * **quality** — oracle perplexity (ratio), semantic similarity after each attack family;
-* **stealing** — spoof rate and scrub rate per stolen-sample count;
+* **stealing** — spoof rate and scrub rate per stolen-sample count; and a section of its own
+  (:mod:`sketchwm.bench.stealing_page`): spoof rate vs N per scheme and thief, with bootstrap
+  intervals and a plot;
 * **speed** — generation and detection throughput;
 * **theory checks** — the paper's statements measured (:mod:`sketchwm.bench.theory`): KL chain rule,
   Fisher ratio per η scale, per-key soundness on human text, edit-sensitivity bound per k edits.
@@ -33,6 +35,7 @@ import pandas as pd
 from .matched_page import _slug, _with_regime, matched_section
 from .publish import write_section
 from .results import read_results
+from .stealing_page import stealing_section
 
 __all__ = ["Table", "aggregate", "tables", "build_leaderboard", "README_START", "README_END"]
 
@@ -383,6 +386,7 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
     figs = plots(df, agg, colours)
     regime_info = _regime_descriptions(results)
     mt = matched_section(df, colours, regime_info)
+    steal = stealing_section(df, colours)
     written = []
     p = out / "summary.csv"
     _atomic_write(p, agg.to_csv(index=False))
@@ -404,6 +408,11 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
         _atomic_write(p, svg.replace("<svg ", '<svg xmlns="http://www.w3.org/2000/svg" '
                                               'xmlns:xlink="http://www.w3.org/1999/xlink" ', 1))
         written.append(p)
+    if steal.png:
+        for p, data in ((out / "stealing.csv", steal.rows.to_csv(index=False)),
+                        (out / "stealing-spoof-vs-n.png", base64.b64decode(steal.png))):
+            _atomic_write(p, data)
+            written.append(p)
     for name, b64 in figs.items():
         p = out / f"{name}.png"
         _atomic_write(p, base64.b64decode(b64))
@@ -419,7 +428,7 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
     md.append("↑ higher is better, ↓ lower; ± one standard deviation over keys; TPR at a FPR uses the one decision "
               "rule score ≥ max(τ_N, τ_α), τ_N conformal from a calibration split of unwatermarked texts of the same "
               "model, length and key, the FPR measured on a disjoint split.")
-    md += ["", mt.md, "", "## Detailed tables", "",
+    md += ["", mt.md, ""] + ([steal.md, ""] if steal.md else []) + ["## Detailed tables", "",
            "Every setting of every sweep; rows sorted by the first column, ★ the best value of each column.", "",
            *(to_markdown(t) + "\n" for t in tabs)]
     md_text = "\n".join(md)
@@ -427,13 +436,14 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
     _atomic_write(p, md_text)
     written.append(p)
     e = html.escape
-    nav = " · ".join([f'<a href="#matched-quality">Matched quality</a>'] + [f'<a href="#{t.slug}">{e(t.title)}</a>' for t in tabs])
+    nav = " · ".join([f'<a href="#matched-quality">Matched quality</a>'] + (['<a href="#stealing-vs-n">Stealing vs N</a>'] if steal.html else [])
+                     + [f'<a href="#{t.slug}">{e(t.title)}</a>' for t in tabs])
     imgs = "".join(f'<figure><img id="plot-{k}" alt="{k}" src="data:image/png;base64,{v}"><figcaption>{k}</figcaption></figure>'
                    for k, v in figs.items())
     page = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>sketchwm leaderboard</title>'
             f"<style>{_CSS}</style></head><body><h1>sketchwm leaderboard</h1><p class=\"meta\">{e(meta)}</p>"
             + (f"<pre>{e(command)}</pre>" if command else "")
-            + f"<nav>{nav}</nav>{mt.html}<h2 id=\"detailed\">Detailed tables</h2>{''.join(to_html_table(t) for t in tabs)}"
+            + f"<nav>{nav}</nav>{mt.html}{steal.html}<h2 id=\"detailed\">Detailed tables</h2>{''.join(to_html_table(t) for t in tabs)}"
             f"<h2 id=\"plots\">Plots</h2>{imgs}"
             f"<script>{_JS}</script></body></html>")
     p = out / "index.html"

@@ -161,10 +161,14 @@ def plan(cfg: BenchConfig, registry: Any) -> list[tuple[Unit, list[Cell]]]:
                                     for st in a.strengths:
                                         add("attack", a.name, st, a.params, min(ps.n, a.n or ps.n))
                                 if cfg.stealing is not None:
-                                    sp = cfg.stealing.model_dump(mode="json")
+                                    sp = cfg.stealing.identity()
                                     for tn in cfg.stealing.train_n:
-                                        add("spoof", "steal-spoof", cfg.stealing.delta, {"delta": cfg.stealing.delta},
-                                            min(ps.n, cfg.stealing.spoof_n), tn, {"stealing": sp})
+                                        if cfg.stealing.generation:
+                                            add("spoof", "steal-spoof", cfg.stealing.delta, {"delta": cfg.stealing.delta},
+                                                min(cfg.n_null_fpr, cfg.stealing.spoof_n), tn, {"stealing": sp})  # on null_fpr prompts
+                                        for ta in cfg.stealing.text_attacks:  # forged human passages
+                                            add("spoof", ta, cfg.stealing.budget, {}, cfg.stealing.human_n * len(cfg.stealing.human),
+                                                tn, {"stealing": sp})
                                         for st in cfg.stealing.scrub_strengths:
                                             add("scrub", "steal-scrub", st, {}, min(ps.n, cfg.stealing.scrub_n or ps.n), tn,
                                                 {"stealing": sp})

@@ -311,20 +311,41 @@ class RunContext:
                     "fpr": fpr, "fpr_texts": fpr_texts, "kl": kl_rows, "kl_per_text": kl_per_text}
         return self._get(("unit", unit), build)
 
+    def stolen_texts(self, unit: Unit, train_n: int) -> tuple[list[str], list[str]]:
+        """The thief's data: the unit's first ``train_n`` watermarked texts (made once, every N reuses
+        them) and as many unwatermarked samples of the model (shared by schemes and keys)."""
+        train = self._get(("steal-train", unit), lambda: self.generate(unit.backend, unit.length, self.prompts(
+            unit.prompt_set)["steal_train"], self.scheme(unit), _seed(self.cfg.seed, "steal", unit), regime=unit.regime)[0])
+        ref = self.null_texts(unit.backend, unit.length, unit.prompt_set, "steal_ref", unit.regime)
+        return train[:train_n], ref[:train_n]
+
     def stealer(self, unit: Unit, train_n: int) -> Any:
-        """The stealer of the registered ``steal-scrub`` attack (Jovanović et al. 2024), fitted on
-        ``train_n`` watermarked vs ``train_n`` unwatermarked texts of the unit (the harness names the
-        attack, it does not import the attack suite)."""
+        """The ``steal-scrub`` attack's stealer (Jovanović et al. 2024) fitted on :meth:`stolen_texts`."""
         def build() -> Any:
-            pr = self.prompts(unit.prompt_set)
-            train = self._get(("steal-train", unit), lambda: self.generate(
-                unit.backend, unit.length, pr["steal_train"], self.scheme(unit), _seed(self.cfg.seed, "steal", unit),
-                regime=unit.regime)[0])
-            ref = self.null_texts(unit.backend, unit.length, unit.prompt_set, "steal_ref", unit.regime)
+            train, ref = self.stolen_texts(unit, train_n)
             scrub = self.registry.create("attack", "steal-scrub", None, backend=self.backend(unit.backend),
-                                         watermarked_texts=train[:train_n], reference_texts=ref[:train_n])
+                                         watermarked_texts=train, reference_texts=ref)
             return scrub.stealer
         return self._get(("stealer", unit, train_n), build)
+
+
+def human_passages(ctx: "RunContext") -> list[str]:
+    """The passages the run's text spoofers forge: the first ``human_n`` of each ``stealing.human``
+    domain (:func:`sketchwm.data.load`, or ``tiny``: 30-word strings of the tiny model's words), text
+    no model of the run produced; built once per run context."""
+    def build() -> list[str]:
+        from ..data import load
+
+        spec = ctx.cfg.stealing
+        out: list[str] = []
+        for dom in spec.human:
+            if dom == "tiny":
+                words = load_prompts("tiny", 5 * spec.human_n, seed=ctx.cfg.seed + 1)
+                out += [" ".join(words[5 * i: 5 * i + 5]) for i in range(spec.human_n)]
+            else:
+                out += load(dom)[: spec.human_n]
+        return out
+    return ctx._get(("human",), build)
 
 
 def _kl_recorder(process_logits: Any, sink: list[torch.Tensor], text_sink: list[torch.Tensor] | None = None,
@@ -392,6 +413,12 @@ def _cell_data(ctx: RunContext, cell: Cell, ud: dict[str, Any] | None) -> tuple[
         sc = ctx.score(unit, out.texts)
         kw["similarity"] = np.array(out.similarity, dtype=np.float64)
         extras["similarity"] = kw["similarity"]
+        extras["edit_fraction"] = np.array(out.edit_fraction, dtype=np.float64)
+    elif cell.kind == "spoof" and cell.attack != "steal-spoof":  # a text spoofer forges human passages
+        train, ref = ctx.stolen_texts(unit, cell.train_n)
+        atk = ctx.attack(unit.backend, cell.attack, cell.attack_params, watermarked_texts=train, reference_texts=ref)
+        out = atk.apply(human_passages(ctx)[: cell.n], cell.strength, gen)
+        sc = ctx.score(unit, out.texts)
         extras["edit_fraction"] = np.array(out.edit_fraction, dtype=np.float64)
     elif cell.kind == "spoof":
         st = ctx.stealer(unit, cell.train_n)

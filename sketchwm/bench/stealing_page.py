@@ -1,0 +1,155 @@
+"""The leaderboard's stealing section: spoof rate against the number of stolen texts N, per scheme.
+
+Rows come from the harness's ``spoof`` cells (``stealing`` block of a bench config; one cell per
+scheme setting, key, thief and ``train_n``): the generation spoofer ``steal-spoof`` and each text
+spoofer of ``stealing.text_attacks`` (e.g. ``spoof-insert``, ``spoof-substitute``, forging human
+passages). A forged text counts as spoofed when the run's one decision rule flags it under the
+victim key (the ``detected`` column of its text row: score ≥ max(τ_N, τ_α) at 1% FPR). Per
+(regime, scheme, thief, N) the texts of every key are pooled; the figure is the fraction flagged
+with a 95% percentile-bootstrap interval over texts (Efron 1979; 2,000 resamples, seeded), and the
+spread over keys as ± one standard deviation. Scrub rates (``scrub`` cells) are listed beside, as
+the harness's summary values averaged over keys.
+
+The plot draws spoof rate vs N (log axis) with the intervals as error bars, one panel per thief and
+one line per scheme (the leaderboard's colours), and the 5% line.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+__all__ = ["Stealing", "stealing_rows", "stealing_section", "bootstrap_interval"]
+
+#: resamples of the percentile bootstrap
+N_BOOT = 2000
+
+
+@dataclass
+class Stealing:
+    """The stealing section: ``md`` / ``html`` (empty strings when the run has no spoof cells), ``rows``
+    (one per regime, scheme, thief and N: rate, lo, hi, sd_keys, n, keys) and ``png`` (base64 PNG of
+    the plot, or None)."""
+
+    md: str
+    html: str
+    rows: pd.DataFrame
+    png: str | None
+
+
+def bootstrap_interval(hits: np.ndarray, seed: int = 0, n_boot: int = N_BOOT) -> tuple[float, float, float]:
+    """Mean of a 0/1 array (n,) and its 95% percentile-bootstrap interval: (rate, lo, hi); NaNs when empty."""
+    hits = np.asarray(hits, dtype=np.float64)
+    if hits.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    rng = np.random.default_rng(seed)
+    boots = hits[rng.integers(0, hits.size, (n_boot, hits.size))].mean(1)  # (n_boot,)
+    return float(hits.mean()), float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))
+
+
+def stealing_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Spoof rates per (regime, scheme, thief, train_n) from a results table (module doc).
+
+    Args:
+        df: every row of a run (:func:`sketchwm.bench.results.read_results`), with a ``regime`` column.
+
+    Returns:
+        columns regime, scheme, thief, train_n, rate, lo, hi, sd_keys, n, keys (empty when no spoof cell).
+    """
+    cols = ["regime", "scheme", "thief", "train_n", "rate", "lo", "hi", "sd_keys", "n", "keys"]
+    t = df[(df["cell_kind"] == "spoof") & (df["row_type"] == "text")]
+    if t.empty or "detected" not in t:
+        return pd.DataFrame(columns=cols)
+    t = t[t["detected"].notna()]
+    out = []
+    for i, ((regime, scheme, thief, n), g) in enumerate(t.groupby(["regime", "scheme", "attack", "train_n"], sort=True)):
+        hits = g["detected"].to_numpy(np.float64)
+        rate, lo, hi = bootstrap_interval(hits, seed=i)
+        per_key = g.groupby("key_index")["detected"].mean()
+        out.append({"regime": regime, "scheme": scheme, "thief": thief, "train_n": int(n), "rate": rate, "lo": lo,
+                    "hi": hi, "sd_keys": float(per_key.std()) if len(per_key) > 1 else float("nan"),
+                    "n": int(hits.size), "keys": int(len(per_key))})
+    return pd.DataFrame(out, columns=cols)
+
+
+def _plot(rows: pd.DataFrame, colours: dict[str, str]) -> str:
+    """Spoof rate vs N per thief (panels) and scheme (lines), as a base64 PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    thieves = list(dict.fromkeys(rows["thief"]))
+    fig, axes = plt.subplots(1, len(thieves), figsize=(4.3 * len(thieves), 3.6), squeeze=False, sharey=True)
+    multi_regime = rows["regime"].nunique() > 1
+    for ax, thief in zip(axes[0], thieves):
+        for (regime, scheme), g in rows[rows["thief"] == thief].groupby(["regime", "scheme"], sort=False):
+            g = g.sort_values("train_n")
+            ax.errorbar(g["train_n"], g["rate"], yerr=[g["rate"] - g["lo"], g["hi"] - g["rate"]], marker="o", capsize=3,
+                        color=colours.get(scheme), label=f"{scheme} · {regime}" if multi_regime else scheme)
+        ax.set_xscale("log")
+        ax.axhline(0.05, color="grey", lw=0.8, ls="--")
+        ax.set(title=thief, xlabel="stolen texts N", ylim=(-0.02, 1.02))
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("spoof rate (flagged at 1% FPR, victim key)")
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def _scrub(df: pd.DataFrame) -> pd.DataFrame:
+    s = df[(df["row_type"] == "summary") & (df["metric"] == "scrub-rate")]
+    if s.empty:
+        return s
+    return (s.groupby(["regime", "scheme", "attack", "strength", "train_n"], sort=True)["value"]
+            .agg(rate="mean", sd_keys="std", keys="count").reset_index())
+
+
+def stealing_section(df: pd.DataFrame, colours: dict[str, str] | None = None) -> Stealing:
+    """The stealing section of the leaderboard page (module doc) from every row of a run."""
+    rows = stealing_rows(df)
+    if rows.empty:
+        return Stealing("", "", rows, None)
+    colours = colours or {}
+    e = html.escape
+    intro = ("Spoof rate: forged texts flagged under the victim key at 1% FPR (the run's one decision rule), "
+             "keys pooled; [95% percentile-bootstrap interval over texts] ± standard deviation over keys. "
+             "Thieves: `steal-spoof` generates with stolen logit boosts; text spoofers write stolen words into "
+             "human passages. The thief fits on N watermarked texts and N unwatermarked samples of the same model.")
+    md = ["## Stealing: spoof rate vs N", "", intro, "", "| scheme | thief | N | spoof rate ↓ | n |", "|---|---|---|---|---|"]
+    multi_regime = rows["regime"].nunique() > 1
+    body = []
+    for r in rows.to_dict("records"):
+        name = f"{r['scheme']} · {r['regime']}" if multi_regime else r["scheme"]
+        sd = f" ± {r['sd_keys']:.2g}" if np.isfinite(r["sd_keys"]) else ""
+        cell = f"{r['rate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]{sd}"
+        md.append(f"| {name} | {r['thief']} | {r['train_n']} | {cell} | {r['n']} |")
+        body.append(f'<tr><td>{e(name)}</td><td>{e(r["thief"])}</td><td data-v="{r["train_n"]}">{r["train_n"]}</td>'
+                    f'<td data-v="{r["rate"]!r}">{e(cell)}</td><td data-v="{r["n"]}">{r["n"]}</td></tr>')
+    sc = _scrub(df)
+    scrub_md, scrub_html = [], ""
+    if not sc.empty:
+        scrub_md = ["", "| scheme | scrub | N | scrub rate ↓ (mean over keys) |", "|---|---|---|---|"]
+        trs = []
+        for r in sc.to_dict("records"):
+            name = f"{r['scheme']} · {r['regime']}" if multi_regime else r["scheme"]
+            scrub_md.append(f"| {name} | {r['attack']} s={r['strength']:g} | {int(r['train_n'])} | {r['rate']:.3f} |")
+            trs.append(f"<tr><td>{e(name)}</td><td>{e(r['attack'])} s={r['strength']:g}</td><td>{int(r['train_n'])}</td>"
+                       f"<td data-v=\"{r['rate']!r}\">{r['rate']:.3f}</td></tr>")
+        scrub_html = ("<table class=\"board\" id=\"table-scrub\"><thead><tr><th>scheme</th><th>scrub</th><th>N</th>"
+                      f"<th>scrub rate ↓</th></tr></thead><tbody>{''.join(trs)}</tbody></table>")
+    png = _plot(rows, colours)
+    md += scrub_md + ["", "![spoof rate vs N](stealing-spoof-vs-n.png)"]
+    page = (f'<section id="stealing-vs-n"><h2>Stealing: spoof rate vs N</h2><p>{e(intro)}</p>'
+            '<table class="board" data-task="stealing" id="table-stealing"><thead><tr><th>scheme</th><th>thief</th>'
+            f"<th>N</th><th>spoof rate ↓</th><th>n</th></tr></thead><tbody>{''.join(body)}</tbody></table>{scrub_html}"
+            f'<figure><img id="plot-stealing-spoof-vs-n" alt="spoof rate vs N" src="data:image/png;base64,{png}">'
+            "<figcaption>spoof rate vs stolen texts N (95% bootstrap intervals; dashed: 5%)</figcaption></figure></section>")
+    return Stealing("\n".join(md), page, rows, png)
