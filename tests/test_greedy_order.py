@@ -162,10 +162,10 @@ def _greedy(backend, scheme=None, seed=0):
                                                                      torch.Generator().manual_seed(seed))
 
 
-@pytest.mark.parametrize("name,params", [("global-sketch", UNIFORM), ("dgmark", {})])
+@pytest.mark.parametrize("name,params", [("global-sketch", {**UNIFORM, "greedy_tilt": 0.0}), ("dgmark", {})])
 def test_order_steering_marks_greedy_text(name, params, neighbour):
-    """At T = 0 the steered texts are the model's greedy texts under another order (the marginals
-    are not tilted: every committed token is the argmax of its row when committed), and they are
+    """At T = 0 the steered texts are the model's greedy texts under another order (steering alone:
+    the marginals are not tilted, every committed token is the argmax of its row when committed), and they are
     detected with the key, not with another key, while the unsteered greedy texts are not."""
     scheme = _scheme(name, neighbour, **params)
     assert MaskedDiffusionSampler(neighbour, STEERED, scheme).steering
@@ -189,6 +189,66 @@ def test_order_steering_marks_greedy_text(name, params, neighbour):
     # 16 texts of 128 tokens; tolerances: medians, seeded
     assert float(marked.p_value.median()) < 1e-2, marked.p_value
     assert float(plain.p_value.median()) > 0.05 and float(other.p_value.median()) > 0.05
+
+
+def test_default_global_sketch_marks_greedy_text_the_order_cannot_change(tmp_path):
+    """The LLaDA stand-in writes one repeated token whatever the order, so steering alone leaves its
+    greedy text unchanged; the default global sketch's argmax tilt (δ·greedy_tilt) still marks it.
+    16 texts × 64 tokens under LLaDA's own sampler defaults (T = 0, low confidence, blocks of 32):
+    detected with the key (median p < 1e-4, seeded; measured 4e-9), not with another key, and the
+    unwatermarked greedy texts not. Fails when the greedy watermark is broken (no tilt at T = 0, the
+    tilt on the wrong rows, or a wrong sign)."""
+    from sketchwm.data import load_prompts
+    from sketchwm.testing.standins import standin_backend
+
+    be = standin_backend("llada", tmp_path / "llada")
+    cfg = {"gen_length": 64, "steps": 32, "stop_at_eos": False}  # the rest: the backend's greedy defaults
+    prompts = load_prompts("tiny", 16, seed=3)
+
+    def run(scheme=None):
+        sampler = MaskedDiffusionSampler(be, cfg, scheme)
+        assert sampler.config.temperature == 0.0 and sampler.config.block_length == 32
+        return sampler.generate(prompts, torch.Generator().manual_seed(0)).ids
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the stand-in's vocabulary has no packaged token prior
+        scheme = _scheme("global-sketch", be)
+        steer_only = _scheme("global-sketch", be, greedy_tilt=0.0)
+        other = _scheme("global-sketch", be, key=OTHER_KEY)
+    base, marked = run(), run(scheme)
+    assert torch.equal(run(steer_only), base)  # the order alone changes nothing on this model
+    p = scheme.score_ids(marked, _valid(marked)).p_value
+    assert float(p.median()) < 1e-4, p
+    assert float(scheme.score_ids(base, _valid(base)).p_value.median()) > 0.05
+    assert float(other.score_ids(marked, _valid(marked)).p_value.median()) > 0.05
+
+
+def test_greedy_margin_bounds_the_argmax_tilt(neighbour):
+    """With ``greedy_margin`` m every committed token's untilted logit is within m of its row's
+    maximum (the tilt only overturns near-ties), and some tokens are overturned."""
+    m = 0.5
+    scheme = _scheme("global-sketch", neighbour, **UNIFORM, greedy_tilt=8.0, greedy_margin=m)
+    sampler = MaskedDiffusionSampler(neighbour, STEERED, scheme)
+    gaps, flipped = [], []
+    process, choose = scheme.process_logits, sampler.remasking.choose
+
+    def spy_process(step):
+        untilted = step.marginals.at_target_rows(step.marginals.logits).clone()
+        out = process(step)
+        x0 = out.argmax(-1)
+        gaps.append(untilted.amax(-1) - untilted.gather(-1, x0[..., None]).squeeze(-1))  # (B, K)
+        flipped.append(x0 != untilted.argmax(-1))
+        return out
+
+    def spy_choose(logits, scaled, x0, valid, k, priority=None):
+        chosen = choose(logits, scaled, x0, valid, k, priority)
+        gaps[-1], flipped[-1] = gaps[-1][chosen], flipped[-1][chosen]
+        return chosen
+
+    scheme.process_logits, sampler.remasking.choose = spy_process, spy_choose
+    sampler.generate(PROMPTS[:2], torch.Generator().manual_seed(0))
+    gaps, flipped = torch.cat(gaps), torch.cat(flipped)
+    assert float(gaps.max()) <= m + 1e-5 and bool(flipped.any()), (gaps.max(), flipped.float().mean())
 
 
 def test_global_sketch_steering_strength_is_delta(neighbour):

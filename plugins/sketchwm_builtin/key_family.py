@@ -91,7 +91,9 @@ class GlobalSketchFamilyParams(StrictModel):
     Attributes:
         members: K, the number of member keys (1 = the plain global sketch under one derived key,
             with no spread test).
-        member: the ``global-sketch`` params every member uses (default: the shipped default).
+        member: the ``global-sketch`` params every member uses (default: the shipped default); its
+            ``order`` is ignored: the family tilts the marginals and never steers the order (at T = 0
+            the sampler warns).
         correction: family-wise correction of the minimum member p-value: ``bonferroni``
             (min(1, K·p), valid under any dependence) or ``sidak`` (1 − (1 − p)^K, exact for
             independent members).
@@ -214,7 +216,8 @@ class GlobalSketchFamilyScheme(WatermarkScheme):
     def __init__(self, params: Any, key: Any, vocab_size: int, device="cpu", registry: Any = None,
                  tokenizer_fingerprint: str | None = None):
         super().__init__(params, key, vocab_size, device)
-        member = self.params.member.model_dump(mode="json")
+        # the family tilts and never steers the order (it has no order_priority of its own): its members tilt alone
+        member = {**self.params.member.model_dump(mode="json"), "order": "off"}
         self.members = [GlobalSketchScheme(member, member_key(key, i), vocab_size, device, registry=registry,
                                            tokenizer_fingerprint=tokenizer_fingerprint)
                         for i in range(self.params.members)]
