@@ -149,6 +149,24 @@ def test_pad_ids_handles_ragged_empty_and_arrays():
     assert all(len(g) == 1 or len(g) * lengths[g].max() <= 2100 for g in groups) and all(len(g) <= 3 for g in groups)
 
 
+def test_flat_batching_views_runs_of_equal_lengths_and_refuses_non_integers():
+    from sketchwm.batching import flatten_ids, pad_flat
+    from sketchwm.errors import InputError
+
+    lists = [[1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11], [12]]
+    flat, lengths = flatten_ids(lists)
+    assert flat.dtype == np.int64 and flat.tolist() == list(range(1, 13)) and lengths.tolist() == [2, 3, 3, 3, 1]
+    run, valid = pad_flat(flat, lengths, np.array([1, 2, 3]))  # consecutive, equal lengths: a view of flat
+    assert run.tolist() == [[3, 4, 5], [6, 7, 8], [9, 10, 11]] and bool(valid.all())
+    assert np.shares_memory(run.numpy(), flat)
+    gathered, valid = pad_flat(flat, lengths, np.array([3, 1, 4]))  # not consecutive: gathered and padded
+    assert gathered.tolist() == [[9, 10, 11], [3, 4, 5], [12, 0, 0]] and valid.sum(1).tolist() == [3, 3, 1]
+    assert flatten_ids([(1, 2), range(3, 5)])[0].tolist() == [1, 2, 3, 4]  # other sequences
+    for bad in ([[1, 2.5]], [[1, "a"]], [[2**70]]):
+        with pytest.raises(InputError, match="lists of integers"):
+            flatten_ids(bad)
+
+
 @pytest.mark.parametrize("which", ["tiny", "default"])
 def test_long_text_windows_give_the_ids_of_the_whole_text(which, default_tokenizer):
     from sketchwm.batching import TextEncoder
