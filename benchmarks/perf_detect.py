@@ -110,9 +110,17 @@ def main(argv: list[str] | None = None) -> int:
            "unigram_tokens_per_s": tps.get("unigram"), "red_green_dlm_tokens_per_s": tps.get("red-green-dlm"),
            "tokens": n_tok, "texts": B, "length": N, "V": V, "D": scheme.sketch.dim, "device": str(dev),
            "threads": torch.get_num_threads(), "repeats": args.repeats, "median_ms": ms}
+    lines.append(f"must show: detect_ids on lists {tps['detect_ids lists']:.3g} tokens/s (target >= 5e7), "
+                 f"{tps['detect_ids lists'] / tps['detect']:.2f}x detect_batch (target >= 0.25)")
     if args.text_mb > 0:
         text_lines, res["text"] = text_paths(args.text_mb, args.text_repeats)
         lines += text_lines
+        r = res["text"]["ratio_to_tokenizer"]
+        lines.append("must show: " + ", ".join(f"{k} {r[k]:.2f}x tokenizer" for k in
+                                               ("Watermarker.detect", "sketchwm detect jsonl", "sketchwm detect parquet"))
+                     + f" (target >= 0.7 each; start-up {res['text']['startup_s']:.2f} s included, same run)")
+    res["load_average"] = [round(x, 2) for x in os.getloadavg()]  # timings are from a shared machine: say how busy
+    lines.append(f"load average (1, 5, 15 min) at the end: {res['load_average']}, {os.cpu_count()} CPUs")
     report(lines, res)
     return 0
 

@@ -180,9 +180,11 @@ def cmd_detect(args: argparse.Namespace) -> int:
     run = {"config_source": cfg_source, "calibration": args.calibration, "created": _now()}
     _check_tokenizer(first, wm)
     if args.executor == "ray":
+        _resume_gc()
         return _detect_ray(args, key, wm, calibration, run, fmt)
     det = wm.detector(calibration, args.alpha)
     prov = dict(wm.detection_provenance(), **run)
+    _resume_gc()  # started up: the records' objects are short-lived garbage the collector should see
 
     def checked() -> Any:  # the next chunks are read and parsed in a background thread
         for c in itertools.chain([first], prefetch(reader, depth=2)):
@@ -259,6 +261,46 @@ def cmd_detect(args: argparse.Namespace) -> int:
               "drop --strict to report them per text", file=sys.stderr)
         return 2
     return 0
+
+
+_GC_STATE: list[str] = []  # per command being run: "paused" (start-up), "frozen" (resumed), or "" (left alone)
+
+
+@contextlib.contextmanager
+def _gc_paused_startup(program: bool) -> Any:
+    """Pause Python's cyclic garbage collector while a command starts up, until :func:`_resume_gc` or the end.
+
+    Importing torch and transformers and loading a tokenizer make about a million long-lived objects,
+    none of them garbage; the collector would traverse them again and again while they are made, then
+    in every full collection and once more at exit (together about a quarter of ``sketchwm detect``'s
+    start-up). :func:`_resume_gc` freezes them (``gc.freeze``). ``program``: this process is the
+    command itself, so they stay frozen to its end; otherwise (``main([...])`` called in-process)
+    they are handed back to the collector when the command returns.
+    """
+    import gc
+
+    _GC_STATE.append("paused" if gc.isenabled() else "")
+    if _GC_STATE[-1]:
+        gc.disable()
+    try:
+        yield
+    finally:
+        state = _GC_STATE.pop()
+        if state:
+            gc.enable()
+        if state == "frozen" and not program:
+            gc.unfreeze()
+
+
+def _resume_gc() -> None:
+    """Freeze what the start-up made and turn the collector back on, after :func:`_gc_paused_startup`
+    paused it (else nothing)."""
+    import gc
+
+    if _GC_STATE and _GC_STATE[-1] == "paused":
+        _GC_STATE[-1] = "frozen"
+        gc.freeze()  # kept for good: later collections need not traverse them
+        gc.enable()
 
 
 def _check_tokenizer(chunk: Any, wm: Any) -> None:
@@ -518,12 +560,12 @@ def main(argv: Sequence[str] | None = None, plugins: Sequence[Any] = ()) -> int:
     saved = warnings.showwarning
     warnings.showwarning = _warning_printer("--debug" in argv_list)
     try:
-        return _main(argv_list, plugins)
+        return _main(argv_list, plugins, program=argv is None)
     finally:
         warnings.showwarning = saved
 
 
-def _main(argv: list[str], plugins: Sequence[Any]) -> int:
+def _main(argv: list[str], plugins: Sequence[Any], program: bool = False) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # busy-waiting OpenMP threads starve a shared 2-core CPU
@@ -532,7 +574,8 @@ def _main(argv: list[str], plugins: Sequence[Any]) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "true" if _command_word(argv) == "detect" else "false")
     debug = "--debug" in argv
     try:
-        with _warnings_as_lines():
+        startup = _gc_paused_startup(program) if _command_word(argv) == "detect" else contextlib.nullcontext()
+        with _warnings_as_lines(), startup:
             parser = build_parser(argv, plugins)
             try:
                 args = parser.parse_args(argv)

@@ -68,12 +68,12 @@ def detection_columns(res: Any, run: dict[str, Any]) -> tuple[dict[str, list[Any
         (columns: name → list of B values, for every name of :data:`OWNED_COLUMNS` but
         ``detection``; detection: the provenance dict).
     """
-    recs = res.to_records()
-    cols = {c: [r.get(c) for r in recs] for c in OWNED_COLUMNS if c != "detection"}
+    every = res.columns()  # vectorised: whole tensors to lists, no per-record dict
+    cols = {c: every[c] for c in OWNED_COLUMNS if c != "detection"}
     # the row is the record: its position ("text 12", "line 13"), which depends on how the input was
     # split among workers, is left out, so every executor writes the same rows
     cols["error"] = [None if e is None else _POSITION.sub("the record ", e, count=1) for e in cols["error"]]
-    first = recs[0] if recs else {}
+    first = {k: getattr(res, k) for k in _RUN_FIELDS} if len(res) else {}
     prov = {**(res.provenance or {}), **{k: first.get(k) for k in _RUN_FIELDS}, **run}
     if not prov.get("p_value_method"):
         prov["p_value_method"] = res.p_value_method
@@ -170,7 +170,6 @@ class ResultWriter:
                 parts.append(orjson.dumps(row, default=str, option=opts)[:-1] + b',"detection":' + det + b"}\n")
             self._fh.write(b"".join(parts))
         else:
-            import pyarrow as pa
             import pyarrow.parquet as pq
 
             table = chunk.table if chunk.table is not None else records_table(chunk.records)
@@ -201,7 +200,7 @@ class ResultWriter:
             col = table.column(f.name)
             try:
                 arrays.append(col.cast(f.type) if col.type != f.type else col)
-            except (pa.ArrowException, TypeError) as exc:
+            except (pa.ArrowException, TypeError):
                 raise InputError(f"field {f.name!r} changes type after the first {self.rows} records ({f.type} → "
                                  f"{col.type}): write JSONL (--out FILE.jsonl) instead") from None
         return pa.Table.from_arrays(arrays, schema=self._schema)

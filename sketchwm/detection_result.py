@@ -130,6 +130,54 @@ class DetectionResult:
             out.append(rec)
         return out
 
+    def columns(self) -> dict[str, list[Any]]:
+        """The per-text fields of :meth:`to_records` as columns, built from whole tensors: name → list of B values.
+
+        Columns: ``status``, ``error``, ``score``, ``z``, ``p_value``, ``threshold``, ``is_watermarked``,
+        ``n_tokens``, ``n_scored``, ``decided_by``, ``explanation`` (each row equal to the record's field,
+        None where the record has none). Only the texts whose p-value and decision disagree go through
+        :meth:`explain` one by one (for their explanation).
+        """
+        B = len(self)
+        ok = self.ok.tolist() if self.errors is not None else [True] * B
+        every = all(ok)
+
+        def col(t: "torch.Tensor | None", cast: type) -> list[Any]:
+            if t is None:
+                return [None] * B
+            vals = t.tolist()
+            if cast is not float or t.dtype != torch.float64:
+                vals = [cast(v) for v in vals]
+            return vals if every else [v if k else None for v, k in zip(vals, ok)]
+
+        cols: dict[str, list[Any]] = {
+            "status": ["ok" if k else "error" for k in ok],
+            "error": list(self.errors) if self.errors is not None else [None] * B,
+            "score": col(self.score, float), "z": col(self.z, float), "p_value": col(self.p_value, float),
+            "threshold": col(self.threshold, float), "is_watermarked": col(self.is_watermarked, bool),
+            "n_tokens": [int(v) for v in self.n_tokens.tolist()], "n_scored": col(self.n_scored, int),
+        }
+        if self.threshold_source == "p-value":
+            by = ["p-value"] * B
+        else:
+            ta, tc = self.tau_analytic, self.tau_calibrated
+            if tc is None:
+                cal = [False] * B
+            elif ta is None:
+                cal = [True] * B
+            else:
+                cal = (tc.double() >= ta.double()).tolist()
+            by = ["calibrated tau_N" if c else "analytic tau_alpha" for c in cal]
+        cols["decided_by"] = [b if k else None for b, k in zip(by, ok)]
+        explanation: list[Any] = [None] * B
+        if self.threshold_source != "p-value":
+            disagree = (self.p_value.double() <= self.alpha) != self.is_watermarked.bool()  # (B,) bool
+            for i in disagree.nonzero().flatten().tolist():  # the disagreeing texts only
+                if ok[i]:
+                    explanation[i] = self.explain(i)["explanation"]
+        cols["explanation"] = explanation
+        return cols
+
     @classmethod
     def concat(cls, parts: "Sequence[DetectionResult]") -> "DetectionResult":
         """The results of consecutive batches as one: (B_1 + ... + B_k,) fields, in order.

@@ -41,6 +41,9 @@ def test_bom_prefixed_jsonl_keeps_records_and_their_configuration(tmp_path, keyf
     for r, o in zip(recs, outs):
         assert {k: o[k] for k in r if k != "n_tokens"} == {k: v for k, v in r.items() if k != "n_tokens"}
         assert o["status"] == "ok" and o["is_watermarked"] and o["detection"]["config_source"] == "records"
+    import gc  # the start-up's pause of the garbage collector does not outlive an in-process command
+
+    assert gc.isenabled() and gc.get_freeze_count() == 0
 
 
 def test_format_text_reads_a_text_starting_with_a_brace(tmp_path, keyfile, model_dir, capsys):
@@ -149,6 +152,24 @@ def test_pad_ids_handles_ragged_empty_and_arrays():
     assert all(len(g) == 1 or len(g) * lengths[g].max() <= 2100 for g in groups) and all(len(g) <= 3 for g in groups)
 
 
+def test_flat_batching_views_runs_of_equal_lengths_and_refuses_non_integers():
+    from sketchwm.batching import flatten_ids, pad_flat
+    from sketchwm.errors import InputError
+
+    lists = [[1, 2], [3, 4, 5], [6, 7, 8], [9, 10, 11], [12]]
+    flat, lengths = flatten_ids(lists)
+    assert flat.dtype == np.int64 and flat.tolist() == list(range(1, 13)) and lengths.tolist() == [2, 3, 3, 3, 1]
+    run, valid = pad_flat(flat, lengths, np.array([1, 2, 3]))  # consecutive, equal lengths: a view of flat
+    assert run.tolist() == [[3, 4, 5], [6, 7, 8], [9, 10, 11]] and bool(valid.all())
+    assert np.shares_memory(run.numpy(), flat)
+    gathered, valid = pad_flat(flat, lengths, np.array([3, 1, 4]))  # not consecutive: gathered and padded
+    assert gathered.tolist() == [[9, 10, 11], [3, 4, 5], [12, 0, 0]] and valid.sum(1).tolist() == [3, 3, 1]
+    assert flatten_ids([(1, 2), range(3, 5)])[0].tolist() == [1, 2, 3, 4]  # other sequences
+    for bad in ([[1, 2.5]], [[1, "a"]], [[2**70]]):
+        with pytest.raises(InputError, match="lists of integers"):
+            flatten_ids(bad)
+
+
 @pytest.mark.parametrize("which", ["tiny", "default"])
 def test_long_text_windows_give_the_ids_of_the_whole_text(which, default_tokenizer):
     from sketchwm.batching import TextEncoder
@@ -190,3 +211,31 @@ def test_prefetch_propagates_errors_and_stops_early():
         if x == 3:
             break
     assert len(seen) < 10
+
+
+@pytest.mark.parametrize("source", ["max(calibrated, analytic)", "analytic", "calibrated", "p-value"])
+def test_result_columns_equal_the_records(source):
+    from sketchwm.detection_result import DetectionResult
+
+    g = torch.Generator().manual_seed(1)
+    B = 12
+    score = torch.randn(B, generator=g, dtype=torch.float64) * 3
+    p = torch.rand(B, generator=g, dtype=torch.float64) * 0.05
+    ta = torch.full((B,), 2.3263, dtype=torch.float64) if source != "calibrated" and source != "p-value" else None
+    tc = torch.rand(B, generator=g, dtype=torch.float64) * 4 if "calibrated" in source else None
+    thr = ta if tc is None else (tc if ta is None else torch.maximum(ta, tc))
+    flags = p <= 0.01 if thr is None else score >= thr  # disagrees with p <= alpha on some texts
+    errors = [None] * B
+    errors[4], errors[9] = "text 4 is empty", "text 9 has 3 tokens; at least 16 are needed for detection"
+    res = DetectionResult(score=score, z=score * 0.9, p_value=p, threshold=thr if thr is not None else torch.full((B,), float("nan")),
+                          is_watermarked=flags & torch.tensor([e is None for e in errors]), n_tokens=torch.arange(B) + 10,
+                          threshold_source=source, alpha=0.01, key_fingerprint="k", scheme="s", p_value_method="normal (Phi)",
+                          errors=errors, tau_analytic=ta, tau_calibrated=tc, n_scored=torch.arange(B))
+    recs = res.to_records()
+    cols = res.columns()
+    assert any(r.get("explanation") for r in recs) or source == "p-value"  # the test covers explanations
+    def same(v):  # NaN compares unequal to itself
+        return "nan" if isinstance(v, float) and v != v else v
+
+    for name, values in cols.items():
+        assert [same(v) for v in values] == [same(r.get(name)) for r in recs], name
