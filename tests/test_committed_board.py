@@ -36,13 +36,22 @@ def test_board_was_built_from_the_shipped_config(shipped):
 def test_committed_board_in_chromium(shipped, chromium_page):
     cfg, knob = shipped
     regimes = [r.name for r in cfg.regime_list]
+    have = set(map(tuple, pd.read_parquet(BOARD / "results.parquet", columns=["regime", "curve"])
+                   .drop_duplicates().itertuples(index=False)))
     page = chromium_page(BOARD / "index.html")
+    absent = [(r, s) for r in regimes for s in knob if (r, s) not in have]
+    if absent:  # a run stopped early: the page names what is missing
+        note = page.locator("#missing").text_content()
+        for r, s in absent:
+            assert f"{s}" in note and f"· {r} (" in note, (r, s)
     assert sorted(page.locator("figure.pareto").evaluate_all("fs => fs.map(f => f.dataset.regime)")) == sorted(regimes)
     for regime in regimes:
         panel = page.locator(f'figure.pareto[data-regime="{regime}"]')
         assert panel.locator("svg").count() == 1
         swept = "greedy" not in regime  # the greedy regime runs each scheme at its default strength
         for scheme, has_knob in knob.items():
+            if (regime, scheme) not in have:
+                continue
             if swept and has_knob:
                 curve = panel.locator(f'g[id="curve-tpr-kl-{scheme}"]')
                 assert curve.count() == 1, (regime, scheme)
@@ -63,4 +72,5 @@ def test_committed_board_in_chromium(shipped, chromium_page):
             assert " = ".join(names) in text and "(tie)" in text
     greedy = page.locator("#greedy-text").text_content()
     for scheme in knob:
-        assert f"{scheme}: TPR at 1% FPR" in greedy, scheme
+        if any("greedy" in r and s == scheme for r, s in have):
+            assert f"{scheme}: TPR at 1% FPR" in greedy, scheme

@@ -355,6 +355,29 @@ def _regime_descriptions(results: str | os.PathLike) -> dict[str, str]:
     return info
 
 
+def _missing(results: str | os.PathLike, df: pd.DataFrame) -> list[str]:
+    """Settings the run's recorded ``config.json`` plans that have no rows in ``df`` (a run stopped early).
+
+    Returns one ``"scheme · regime (n of m cells)"`` line per incomplete setting, sorted; empty when
+    the config is absent or unreadable (the board then shows what it has, and says nothing)."""
+    from .config import BenchConfig
+    from .runner import bench_registry, plan
+
+    f = Path(results) / "config.json"
+    try:
+        cfg = BenchConfig.model_validate_json(f.read_text(encoding="utf-8"))
+        units = plan(cfg, bench_registry())
+    except Exception:  # noqa: BLE001 - no config, or one naming plugins not installed here
+        return []
+    have = set(df["cell_hash"].astype(str))
+    todo: dict[tuple[str, str], list[int]] = {}
+    for u, cells in units:
+        n = todo.setdefault((u.scheme, cfg.regime_list[u.regime].name), [0, 0])
+        n[0] += sum(c.hash not in have for c in cells)
+        n[1] += len(cells)
+    return [f"{s} · {r} ({a} of {b} cells)" for (s, r), (a, b) in sorted(todo.items()) if a]
+
+
 def _atomic_write(path: Path, data: str | bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     if isinstance(data, bytes):
@@ -428,6 +451,11 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
     md.append("↑ higher is better, ↓ lower; ± one standard deviation over keys; TPR at a FPR uses the one decision "
               "rule score ≥ max(τ_N, τ_α), τ_N conformal from a calibration split of unwatermarked texts of the same "
               "model, length and key, the FPR measured on a disjoint split.")
+    missing = _missing(results, df)
+    if missing:
+        note = ("Not in this board: the run's config plans these settings, which have no results yet (the run "
+                "stopped before them; re-running the same `sketchwm bench run` resumes): ")
+        md += ["", note + "; ".join(missing) + "."]
     md += ["", mt.md, ""] + ([steal.md, ""] if steal.md else []) + ["## Detailed tables", "",
            "Every setting of every sweep; rows sorted by the first column, ★ the best value of each column.", "",
            *(to_markdown(t) + "\n" for t in tabs)]
@@ -443,6 +471,7 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
     page = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>sketchwm leaderboard</title>'
             f"<style>{_CSS}</style></head><body><h1>sketchwm leaderboard</h1><p class=\"meta\">{e(meta)}</p>"
             + (f"<pre>{e(command)}</pre>" if command else "")
+            + (f'<p id="missing" class="notes">{e(note.replace("`", "") + "; ".join(missing))}.</p>' if missing else "")
             + f"<nav>{nav}</nav>{mt.html}{steal.html}<h2 id=\"detailed\">Detailed tables</h2>{''.join(to_html_table(t) for t in tabs)}"
             f"<h2 id=\"plots\">Plots</h2>{imgs}"
             f"<script>{_JS}</script></body></html>")
