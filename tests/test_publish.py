@@ -51,3 +51,25 @@ def test_tail_limits_the_published_lines(tmp_path):
 def test_bad_section_name(tmp_path, bad):
     with pytest.raises(ValueError, match="section name"):
         write_section(tmp_path / "R.md", "x", name=bad)
+
+
+def test_shown_command_line_is_published(tmp_path):
+    p = tmp_path / "R.md"
+    assert run_and_publish("s", [sys.executable, "-c", "print(1)"], readme=p, echo=False, shown="python -c 'print(1)'") == 0
+    assert "`python -c 'print(1)'`" in p.read_text(encoding="utf-8")
+
+
+def test_suite_names_its_sections():
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("publish_script", Path(__file__).parents[1] / "benchmarks" / "publish.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    names = [s for s, _ in mod.SUITE]
+    assert len(names) == len(set(names)) and all(markers(n) for n in names)
+    readme = (Path(__file__).parents[1] / "benchmarks" / "README.md").read_text(encoding="utf-8")
+    missing = [n for n in names if markers(n)[0] not in readme]
+    assert not missing, f"benchmarks/README.md has no section for {missing}"
+    with pytest.raises(SystemExit, match="unknown section"):
+        mod.run_suite({"no-such-benchmark"}, set(), str(Path("unused.md")), 40)

@@ -94,12 +94,13 @@ def _load() -> str:
 
 
 def run_and_publish(name: str, command: Sequence[str], *, readme: str | os.PathLike = DEFAULT_README,
-                    tail: int = 40, echo: bool = True) -> int:
+                    tail: int = 40, echo: bool = True, shown: str | None = None) -> int:
     """Run ``command``; when it exits 0, write its section of ``readme``. Returns the exit code.
 
     The section holds the command line (as a shell would read it), the UTC date, ``os.cpu_count()``,
     the load average (1 / 5 / 15 min) before and after, the wall time in seconds, and the last ``tail``
-    lines of its standard output (standard error is passed through, not published).
+    lines of its standard output (standard error is passed through, not published). ``shown`` is the
+    command line published instead of ``command`` (e.g. ``python ...`` for an interpreter's full path).
 
     Raises:
         ValueError: empty command or bad section name. FileNotFoundError: the program does not exist.
@@ -121,10 +122,10 @@ def run_and_publish(name: str, command: Sequence[str], *, readme: str | os.PathL
     if rc != 0:
         print(f"publish: {name}: the command exited {rc}; {readme} left unchanged", file=sys.stderr)
         return rc
-    shown = lines[-tail:] if tail > 0 else lines
-    cut = f"(last {tail} of {len(lines)} lines)\n" if len(lines) > len(shown) else ""
-    body = (f"`{shlex.join(command)}`\n\n"
+    kept = lines[-tail:] if tail > 0 else lines
+    cut = f"(last {tail} of {len(lines)} lines)\n" if len(lines) > len(kept) else ""
+    body = (f"`{shown or shlex.join(command)}`\n\n"
             f"_{when}; {os.cpu_count()} CPUs; load average {load0} before, {_load()} after; "
-            f"{wall:.1f} s wall_\n\n{cut}```\n" + "\n".join(shown) + "\n```")
+            f"{wall:.1f} s wall_\n\n{cut}```\n" + "\n".join(kept) + "\n```")
     write_section(readme, body, name=name)
     return 0
