@@ -239,3 +239,28 @@ def test_result_columns_equal_the_records(source):
 
     for name, values in cols.items():
         assert [same(v) for v in values] == [same(r.get(name)) for r in recs], name
+
+
+def test_c_flattening_equals_the_python_path(monkeypatch):
+    """sketchwm._fastids (built by pip where a C compiler exists) gives the arrays and errors of the
+    pure-Python path: compact and multi-digit ints, negatives, bools, empty lists."""
+    import shutil
+
+    import sketchwm.batching as batching
+    from sketchwm.errors import InputError
+
+    if batching._fastids is None:
+        assert shutil.which("cc") is None and shutil.which("gcc") is None, \
+            "a C compiler is here but sketchwm._fastids was not built (pip install -e . builds it)"
+        pytest.skip("no C compiler: the optional extension is not built")
+    rng = np.random.default_rng(0)
+    lists = [rng.integers(-(2**62), 2**62, n).tolist() for n in (0, 1, 7, 300)]
+    lists += [[0, 1, -1, 2**30 - 1, 2**30, -(2**30), 2**63 - 1, -(2**63), True, False], []]
+    fast, lengths = batching.flatten_ids(lists)
+    monkeypatch.setattr(batching, "_fastids", None)
+    slow, lengths2 = batching.flatten_ids(lists)
+    assert fast.dtype == slow.dtype == np.int64 and np.array_equal(fast, slow) and np.array_equal(lengths, lengths2)
+    monkeypatch.undo()
+    for bad in ([[1, 2.5]], [[1, "a"]], [[2**70]], [[1], [2, 3.5], [4]]):
+        with pytest.raises(InputError, match="lists of integers"):
+            batching.flatten_ids(bad)
