@@ -2,7 +2,7 @@
  *
  * flatten_into(lists, out): lists is a Python list of B lists of ints, out a writable C-contiguous
  * buffer of int64 with exactly sum(len(x)) items. Each int is read without a Python-level call
- * (compact ints directly, others through PyLong_AsLongLong), so the cost is one pass over the
+ * (compact ints directly, others through PyLong_AsLongLong, other integer types through __index__), so the cost is one pass over the
  * objects' memory; batching.flatten_ids falls back to array.array.fromlist where this module is
  * not built. Raises TypeError for a non-list or a non-int item, OverflowError for an int outside
  * int64, ValueError when the buffer's size is not the lists' total length.
@@ -21,9 +21,14 @@ static inline int read_int(PyObject *o, int64_t *v) {
         if (s == 1) { *v = (int64_t)((PyLongObject *)o)->ob_digit[0]; return 0; }
         if (s == -1) { *v = -(int64_t)((PyLongObject *)o)->ob_digit[0]; return 0; }
 #endif
-    } else if (!PyLong_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "token ids must be integers, got %.100s", Py_TYPE(o)->tp_name);
-        return -1;
+    } else if (!PyLong_Check(o)) {  /* numpy integers and other __index__ types, as array.array reads them */
+        PyObject *i = PyNumber_Index(o);
+        if (i == NULL) return -1;
+        long long x = PyLong_AsLongLong(i);
+        Py_DECREF(i);
+        if (x == -1 && PyErr_Occurred()) return -1;
+        *v = (int64_t)x;
+        return 0;
     }
     long long x = PyLong_AsLongLong(o);
     if (x == -1 && PyErr_Occurred()) return -1;
@@ -41,19 +46,20 @@ static PyObject *flatten_into(PyObject *self, PyObject *args) {
         return NULL;
     }
     int64_t *out = (int64_t *)buf.buf;
-    Py_ssize_t total = buf.len / 8, k = 0, B = PyList_GET_SIZE(lists);
-    for (Py_ssize_t i = 0; i < B; i++) {
+    Py_ssize_t total = buf.len / 8, k = 0;
+    /* sizes are re-read on every step: an __index__ method may run Python code that changes the lists */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(lists); i++) {
         PyObject *x = PyList_GET_ITEM(lists, i);
         if (!PyList_Check(x)) {
             PyErr_Format(PyExc_TypeError, "text %zd: token ids must be a list, got %.100s", i, Py_TYPE(x)->tp_name);
             goto fail;
         }
-        Py_ssize_t n = PyList_GET_SIZE(x);
-        if (k + n > total) { PyErr_SetString(PyExc_ValueError, "out is shorter than the lists' total length"); goto fail; }
-        PyObject **items = ((PyListObject *)x)->ob_item;
-        for (Py_ssize_t j = 0; j < n; j++)
-            if (read_int(items[j], out + k + j)) goto fail;
-        k += n;
+        Py_INCREF(x);
+        for (Py_ssize_t j = 0; j < PyList_GET_SIZE(x); j++, k++) {
+            if (k >= total) { PyErr_SetString(PyExc_ValueError, "out is shorter than the lists' total length"); Py_DECREF(x); goto fail; }
+            if (read_int(PyList_GET_ITEM(x, j), out + k)) { Py_DECREF(x); goto fail; }
+        }
+        Py_DECREF(x);
     }
     PyBuffer_Release(&buf);
     if (k != total) { PyErr_SetString(PyExc_ValueError, "out is longer than the lists' total length"); return NULL; }

@@ -255,7 +255,8 @@ def test_c_flattening_equals_the_python_path(monkeypatch):
         pytest.skip("no C compiler: the optional extension is not built")
     rng = np.random.default_rng(0)
     lists = [rng.integers(-(2**62), 2**62, n).tolist() for n in (0, 1, 7, 300)]
-    lists += [[0, 1, -1, 2**30 - 1, 2**30, -(2**30), 2**63 - 1, -(2**63), True, False], []]
+    lists += [[0, 1, -1, 2**30 - 1, 2**30, -(2**30), 2**63 - 1, -(2**63), True, False], [],
+              [np.int64(5), np.int32(-7), np.uint16(9)]]
     fast, lengths = batching.flatten_ids(lists)
     monkeypatch.setattr(batching, "_fastids", None)
     slow, lengths2 = batching.flatten_ids(lists)
