@@ -135,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
           f"unwatermarked {fpr:.3f} (n={len(base_ids)}, {base_short} too short); median z wm "
           f"{float(det_wm.z.median()):.2f} base {float(det_base.z.median()):.2f}")
 
+    prov = wm.provenance()
+    for problem in prov["warnings"]:
+        print(f"warning: {problem}")
     ratio = None
     if not (args.no_oracle or args.standin):
         from sketchwm.oracle import OracleLM
@@ -152,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         "oracle_ppl_ratio": None if ratio is None else round(ratio, 4),
         "backend": args.backend, "standin": bool(args.standin), "scheme": wm.scheme.name, "n": args.n, "n_cal": len(cal_ids),
         "gen_length": G, "steps": steps, "alpha": args.alpha, "seconds": round(time.time() - t0, 1),
+        # what the run's provenance records: the order channel in use and any problem of the settings
+        "order_steering": prov["order_steering"], "warnings": prov["warnings"],
     }
     print(json.dumps(result))
     return 0
