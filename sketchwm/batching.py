@@ -28,9 +28,9 @@ import torch
 from .errors import InputError
 
 try:  # the optional C extension (pyproject.toml ext-modules); the pure-Python path below gives the same arrays
-    from . import _fastids
+    from ._fastids import flatten_into as _flatten_into
 except ImportError:  # pragma: no cover - exercised where no compiler built it
-    _fastids = None
+    _flatten_into = None
 
 __all__ = ["flatten_ids", "pad_flat", "pad_ids", "length_groups", "TextEncoder", "prefetch"]
 
@@ -56,9 +56,9 @@ def flatten_ids(id_lists: "Sequence[Sequence[int]]") -> tuple[np.ndarray, np.nda
     try:
         lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=B)  # (B,)
         kinds = set(map(type, id_lists))  # one C-level pass
-        if kinds == {list} and _fastids is not None:
+        if kinds == {list} and _flatten_into is not None:
             flat = np.empty(int(lengths.sum()), np.int64)
-            _fastids.flatten_into(id_lists if type(id_lists) is list else list(id_lists), flat)
+            _flatten_into(id_lists if type(id_lists) is list else list(id_lists), flat)
         elif kinds == {list}:
             buf = array.array("q")
             add = buf.fromlist

@@ -249,7 +249,7 @@ def test_c_flattening_equals_the_python_path(monkeypatch):
     import sketchwm.batching as batching
     from sketchwm.errors import InputError
 
-    if batching._fastids is None:
+    if batching._flatten_into is None:
         assert shutil.which("cc") is None and shutil.which("gcc") is None, \
             "a C compiler is here but sketchwm._fastids was not built (pip install -e . builds it)"
         pytest.skip("no C compiler: the optional extension is not built")
@@ -258,7 +258,7 @@ def test_c_flattening_equals_the_python_path(monkeypatch):
     lists += [[0, 1, -1, 2**30 - 1, 2**30, -(2**30), 2**63 - 1, -(2**63), True, False], [],
               [np.int64(5), np.int32(-7), np.uint16(9)]]
     fast, lengths = batching.flatten_ids(lists)
-    monkeypatch.setattr(batching, "_fastids", None)
+    monkeypatch.setattr(batching, "_flatten_into", None)
     slow, lengths2 = batching.flatten_ids(lists)
     assert fast.dtype == slow.dtype == np.int64 and np.array_equal(fast, slow) and np.array_equal(lengths, lengths2)
     monkeypatch.undo()
