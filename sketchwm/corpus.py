@@ -97,6 +97,39 @@ def _arrow_column(values: list[Any]) -> Any:
                         pa.string())
 
 
+def _owned_array(values: Any, type_name: str) -> Any:
+    """A pyarrow array of ``type_name`` (``string``, ``float64``, ``int64`` or ``bool_``) from a
+    sequence of Python values, None as null.
+
+    Built from buffers (numpy for the values, ``np.packbits`` for validity) rather than
+    ``pa.array``, which imports pandas (about half a second of the command's start-up) to ask
+    whether the values are a pandas object.
+    """
+    import numpy as np
+    import pyarrow as pa
+
+    values = list(values)
+    n = len(values)
+    valid = np.fromiter((v is not None for v in values), bool, n)
+    nulls = n - int(valid.sum())
+    bitmap = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    if type_name == "string":
+        enc = [b"" if v is None else str(v).encode("utf-8") for v in values]
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(np.fromiter(map(len, enc), np.int64, n), out=offsets[1:])
+        big = offsets[-1] > np.iinfo(np.int32).max
+        typ = pa.large_string() if big else pa.string()
+        arr = pa.Array.from_buffers(typ, n, [bitmap, pa.py_buffer(offsets if big else offsets.astype(np.int32)),
+                                             pa.py_buffer(b"".join(enc))], null_count=nulls)
+        return arr.cast(pa.string()) if big else arr
+    if type_name == "bool_":
+        bits = np.packbits(np.fromiter((bool(v) for v in values), bool, n), bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), n, [bitmap, pa.py_buffer(bits)], null_count=nulls)
+    dtype = {"float64": np.float64, "int64": np.int64}[type_name]
+    data = np.fromiter((0 if v is None else v for v in values), dtype, n)
+    return pa.Array.from_buffers(getattr(pa, type_name)(), n, [bitmap, pa.py_buffer(data)], null_count=nulls)
+
+
 def records_table(records: list[dict[str, Any]]) -> Any:
     """JSON records → a ``pyarrow.Table`` with one column per field (first-seen order); a field missing
     from a record is null; the columns the detector owns are left out."""
@@ -116,8 +149,8 @@ def annotate_table(table: Any, cols: dict[str, list[Any]], detection: dict[str, 
     keep = [c for c in table.column_names if c not in OWNED_COLUMNS]
     out = table.select(keep)
     n = out.num_rows if keep else len(next(iter(cols.values())))
-    arrays = [pa.array(cols[c], getattr(pa, _TYPES[c])()) for c in OWNED_COLUMNS if c != "detection"]
-    arrays.append(pa.array([json.dumps(detection, sort_keys=True)] * n, pa.string()))
+    arrays = [_owned_array(cols[c], _TYPES[c]) for c in OWNED_COLUMNS if c != "detection"]
+    arrays.append(_owned_array([json.dumps(detection, sort_keys=True)] * n, "string"))
     names = list(OWNED_COLUMNS)
     if keep:
         for name, arr in zip(names, arrays):

@@ -168,12 +168,11 @@ class PriorSpec(StrictModel):
 def _packaged_tokenizer_fingerprint() -> str:
     """Fingerprint of the tokenizer the packaged counts were made with (the default model's), or ""."""
     try:
-        from transformers import AutoTokenizer
-
         from sketchwm.components import tokenizer_fingerprint
         from sketchwm.default_model import MODEL_DIR
+        from sketchwm_builtin.backends.fast_start import load_tokenizer_and_config
 
-        return tokenizer_fingerprint(AutoTokenizer.from_pretrained(str(MODEL_DIR), local_files_only=True))
+        return tokenizer_fingerprint(load_tokenizer_and_config(str(MODEL_DIR))[0])
     except Exception:  # noqa: BLE001 - no shipped tokenizer: the vocabulary size is the only check
         return ""
 

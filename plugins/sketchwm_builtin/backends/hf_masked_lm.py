@@ -66,6 +66,22 @@ def apply_chat_template(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]
     return out
 
 
+def _auto_load(path: str) -> tuple[Any, Any]:
+    """(``AutoTokenizer``, ``AutoConfig``) of the local checkpoint directory ``path``, offline.
+
+    Raises:
+        ModelFileError: either cannot be loaded.
+    """
+    from transformers import AutoConfig, AutoTokenizer
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    quiet_transformers()
+    try:
+        return AutoTokenizer.from_pretrained(path), AutoConfig.from_pretrained(path)
+    except Exception as exc:  # noqa: BLE001
+        raise ModelFileError(f"cannot load model from {path}: {exc}") from exc
+
+
 def quiet_transformers() -> None:
     """Silence transformers' progress bars and info logs (the CLI prints one line per error)."""
     from transformers.utils import logging as hf_logging
@@ -141,17 +157,14 @@ class HFMaskedLMBackend(DLMBackend):
         Raises:
             ModelFileError: no such directory, or the tokenizer or configuration cannot be read.
         """
-        from transformers import AutoConfig, AutoTokenizer
+        from .fast_start import load_tokenizer_and_config
 
         if not path or not os.path.isdir(path):
             raise ModelFileError(f"{self.name}: model directory not found: {path!r} (params.path must be a local directory)")
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        quiet_transformers()
         try:
-            tok = AutoTokenizer.from_pretrained(path)
-            self._config = AutoConfig.from_pretrained(path)
-        except Exception as exc:  # noqa: BLE001
-            raise ModelFileError(f"{self.name}: cannot load model from {path}: {exc}") from exc
+            tok, self._config = load_tokenizer_and_config(path)  # without transformers when it can (fast_start)
+        except ModelFileError as exc:
+            raise ModelFileError(f"{self.name}: {exc}") from exc.__cause__
         return None, tok
 
     def _load_model(self, path: str, dtype: str) -> Any:
