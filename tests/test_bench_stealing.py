@@ -107,3 +107,37 @@ def test_bootstrap_interval_and_rows_without_spoof_cells():
     _, lo4, hi4 = bootstrap_interval(np.tile(hits, 4))
     assert hi4 - lo4 < hi - lo
     assert stealing_rows(pd.DataFrame({"cell_kind": ["clean"], "row_type": ["text"]})).empty
+
+
+def test_adaptive_thief_and_unrelated_keys_are_cells_and_columns(tmp_path):
+    """A text spoofer with parameters (the adaptive thief) is its own spoof cell, named with its
+    parameters on the page; ``unrelated_keys`` scores every forgery under that many unrelated keys
+    (none of them a run key) and the page reports the rate with an interval."""
+    from sketchwm.bench.plan import derive_key, derive_unrelated_key
+
+    adaptive = {"name": "spoof-insert", "params": {"clusters": 4}}
+    steal = {**STEALING, "train_n": [12], "text_attacks": ["spoof-insert", adaptive], "unrelated_keys": 3,
+             "generation": False}
+    cfg = BenchConfig.model_validate(_config(stealing=steal, keys=1,
+                                             schemes=[{"name": "global-sketch-family", "params": {"members": 4, "member": UNIFORM}}]))
+    run_keys = {derive_key(cfg, i).fingerprint for i in range(4)}
+    assert not run_keys & {derive_unrelated_key(cfg, i, j).fingerprint for i in range(4) for j in range(3)}
+    (_, cells), = plan(cfg, bench_registry())
+    spoof = sorted((c.attack, c.attack_params) for c in cells if c.kind == "spoof")
+    assert spoof == [("spoof-insert", '{"clusters": 4}'), ("spoof-insert", "{}")]
+    assert len({c.hash for c in cells}) == len(cells)
+    run_bench(cfg, tmp_path, progress=False)
+    df = read_results(tmp_path)
+    t = df[(df["cell_kind"] == "spoof") & (df["row_type"] == "text")]
+    frac = t["unrelated_flagged"].to_numpy(np.float64)
+    assert len(t) == 2 * 10 and np.isfinite(frac).all()
+    assert np.allclose(frac * 3, np.round(frac * 3)) and ((frac >= 0) & (frac <= 1)).all()
+    rows = stealing_rows(df.assign(regime="default"))
+    assert set(rows["thief"]) == {"spoof-insert", "spoof-insert[clusters=4]"}
+    for r in rows.to_dict("records"):
+        g = t[t["attack_params"] == ("{}" if r["thief"] == "spoof-insert" else '{"clusters": 4}')]
+        assert r["unrelated"] == pytest.approx(float(g["unrelated_flagged"].mean()))
+        assert r["unrelated_lo"] - 1e-12 <= r["unrelated"] <= r["unrelated_hi"] + 1e-12
+    build_leaderboard(tmp_path, tmp_path / "board")
+    md = (tmp_path / "board" / "leaderboard.md").read_text()
+    assert "unrelated-key rate" in md and "spoof-insert[clusters=4]" in md

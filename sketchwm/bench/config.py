@@ -124,6 +124,15 @@ class PromptSet(StrictModel):
     words: int | None = Field(None, ge=1, description="truncate prompts to this many words")
 
 
+class TextThiefSpec(StrictModel):
+    """A text spoofer with parameters (e.g. the adaptive thief: ``{name: spoof-insert, params: {clusters: 16}}``);
+    a plain name in ``stealing.text_attacks`` is the same with no parameters. On the page the thief is
+    named ``name[k=v,...]``."""
+
+    name: str
+    params: dict[str, Any] = {}
+
+
 class StealingSpec(StrictModel):
     """Watermark stealing (Jovanović et al. 2024): fit a stealer on ``train_n`` watermarked texts
     (against as many unwatermarked samples of the same model, shared by schemes and keys), spoof
@@ -132,7 +141,12 @@ class StealingSpec(StrictModel):
     all), and forge human text with each registered text spoofer of ``text_attacks`` (e.g.
     ``spoof-insert``, ``spoof-substitute``; it fits its own thief on the same stolen texts) at
     ``budget`` edited words per word, on the first ``human_n`` passages of each ``human`` domain
-    (a shipped set of :mod:`sketchwm.data`, or ``tiny``: 30-word strings of the tiny test model's words)."""
+    (a shipped set of :mod:`sketchwm.data`, or ``tiny``: 30-word strings of the tiny test model's words).
+    A text spoofer is a name or a :class:`TextThiefSpec` (name and params, e.g. the adaptive thief's
+    ``clusters``). ``unrelated_keys`` > 0 also scores every forged text under that many keys unrelated to
+    the victim's (HMAC-derived from the run's key seed, never a key of the run) and records, per text,
+    the fraction of them that flag it at p ≤ 0.01: the unrelated-key rate, which a sound p-value
+    holds at ≤ 1% whatever the text."""
 
     train_n: list[int] = Field(min_length=1)
     spoof_n: int = Field(20, ge=1)
@@ -140,7 +154,8 @@ class StealingSpec(StrictModel):
     generation: bool = True
     scrub_strengths: list[float] = []
     scrub_n: int | None = Field(None, ge=1)
-    text_attacks: list[str] = []
+    text_attacks: list[str | TextThiefSpec] = []
+    unrelated_keys: int = Field(0, ge=0)
     budget: float = Field(0.2, gt=0, le=1)
     human: list[str] = Field(["heldout-manpages", "heldout-culture"], min_length=1)
     human_n: int = Field(50, ge=1)
@@ -158,7 +173,7 @@ class StealingSpec(StrictModel):
         """The spec as JSON for cell hashes: the forgery fields left out while at their defaults, so
         configs written before them keep their cells' hashes (and finished work)."""
         d = self.model_dump(mode="json")
-        for name in ("generation", "text_attacks", "budget", "human", "human_n"):
+        for name in ("generation", "text_attacks", "budget", "human", "human_n", "unrelated_keys"):
             if d[name] == type(self).model_fields[name].get_default(call_default_factory=True):
                 del d[name]
         return d

@@ -94,6 +94,13 @@ def derive_key(cfg: BenchConfig, index: int) -> WatermarkKey:
     return WatermarkKey(hmac.new(cfg.key_seed.encode(), f"sketchwm/bench/key/{index}".encode(), hashlib.sha256).digest())
 
 
+def derive_unrelated_key(cfg: BenchConfig, index: int, j: int) -> WatermarkKey:
+    """The ``j``-th key unrelated to run key ``index``: HMAC-SHA256(key_seed, "sketchwm/bench/unrelated-key/<index>/<j>"),
+    a domain no key of the run is derived in (never written out)."""
+    msg = f"sketchwm/bench/unrelated-key/{index}/{j}".encode()
+    return WatermarkKey(hmac.new(cfg.key_seed.encode(), msg, hashlib.sha256).digest())
+
+
 def metric_names(cfg: BenchConfig, registry: Any) -> list[str]:
     """Metrics the run computes (config order, or every registered one); raises RegistryError on unknown names."""
     names = cfg.metrics if cfg.metrics is not None else registry.names("metric")
@@ -115,6 +122,9 @@ def plan(cfg: BenchConfig, registry: Any) -> list[tuple[Unit, list[Cell]]]:
             registry.get("backend", b.name).parse_params(b.params)
     for a in cfg.attacks:
         registry.get("attack", a.name).parse_params(a.params)
+    for ta in cfg.stealing.text_attacks if cfg.stealing else []:
+        if not isinstance(ta, str):
+            registry.get("attack", ta.name).parse_params(ta.params)
     fps = [derive_key(cfg, k).fingerprint for k in range(cfg.keys)]
     # a cell's hash covers the metrics that may apply to it: adding theory metrics (which apply to
     # theory cells only) leaves the hashes, hence the finished parts, of every other cell valid
@@ -167,8 +177,9 @@ def plan(cfg: BenchConfig, registry: Any) -> list[tuple[Unit, list[Cell]]]:
                                             add("spoof", "steal-spoof", cfg.stealing.delta, {"delta": cfg.stealing.delta},
                                                 min(cfg.n_null_fpr, cfg.stealing.spoof_n), tn, {"stealing": sp})  # on null_fpr prompts
                                         for ta in cfg.stealing.text_attacks:  # forged human passages
-                                            add("spoof", ta, cfg.stealing.budget, {}, cfg.stealing.human_n * len(cfg.stealing.human),
-                                                tn, {"stealing": sp})
+                                            name, tparams = (ta, {}) if isinstance(ta, str) else (ta.name, ta.params)
+                                            add("spoof", name, cfg.stealing.budget, tparams,
+                                                cfg.stealing.human_n * len(cfg.stealing.human), tn, {"stealing": sp})
                                         for st in cfg.stealing.scrub_strengths:
                                             add("scrub", "steal-scrub", st, {}, min(ps.n, cfg.stealing.scrub_n or ps.n), tn,
                                                 {"stealing": sp})

@@ -32,7 +32,7 @@ from ..errors import ConfigError
 from ..keys import WatermarkKey
 from .config import BenchConfig
 from .metric import CellData, Metric, decisions
-from .plan import ALPHAS, Cell, Unit, _seed, attack_family, bench_registry, derive_key, metric_names, plan  # noqa: F401 - re-exported
+from .plan import ALPHAS, Cell, Unit, _seed, attack_family, bench_registry, derive_key, derive_unrelated_key, metric_names, plan  # noqa: F401 - re-exported
 from .results import done_cells, git_commit, remove_stale_parts, write_part
 from .theory import THEORY_KINDS, theory_cell
 
@@ -230,6 +230,26 @@ class RunContext:
             return Watermarker(self.key(unit.key), spec, backend=self.backend(unit.backend), registry=self.registry).scheme
         return self._get(("scheme", unit), build)
 
+    def unrelated_rate(self, unit: Unit, ids: list[list[int]], alpha: float = 0.01) -> np.ndarray:
+        """Per text, the fraction of ``stealing.unrelated_keys`` keys unrelated to the unit's
+        (:func:`derive_unrelated_key`) under which its p-value is ≤ ``alpha``: (n,) float64."""
+        from ..api import Watermarker
+
+        J = self.cfg.stealing.unrelated_keys if self.cfg.stealing else 0
+        hits = np.zeros(len(ids), dtype=np.float64)
+        if J == 0 or not ids:
+            return hits
+        x, valid = pad_ids(ids)
+        spec = {"scheme": {"name": unit.scheme_name, "params": json.loads(unit.scheme_params)}}
+        for j in range(J):
+            scheme = self._get(("unrelated-scheme", unit, j), lambda j=j: Watermarker(
+                derive_unrelated_key(self.cfg, unit.key, j), spec, backend=self.backend(unit.backend),
+                registry=self.registry).scheme)
+            p = scheme.score_ids(x.to(scheme.device), valid.to(scheme.device)).p_value.double().cpu().numpy()
+            hits += np.where(np.isnan(p), 0.0, (p <= alpha).astype(np.float64))
+        n = np.array([len(i) for i in ids])
+        return np.where(n == 0, 0.0, hits / J)
+
     def score(self, unit: Unit, texts: Sequence[str], ids: list[list[int]] | None = None) -> Scored:
         """Detection scores of ``texts`` under ``unit``'s keyed scheme (empty text: score −inf, p = 1)."""
         scheme, be = self.scheme(unit), self.backend(unit.backend)
@@ -420,12 +440,16 @@ def _cell_data(ctx: RunContext, cell: Cell, ud: dict[str, Any] | None) -> tuple[
         out = atk.apply(human_passages(ctx)[: cell.n], cell.strength, gen)
         sc = ctx.score(unit, out.texts)
         extras["edit_fraction"] = np.array(out.edit_fraction, dtype=np.float64)
+        if ctx.cfg.stealing.unrelated_keys:
+            extras["unrelated_flagged"] = ctx.unrelated_rate(unit, sc.ids)
     elif cell.kind == "spoof":
         st = ctx.stealer(unit, cell.train_n)
         prompts = ctx.prompts(unit.prompt_set)["null_fpr"][: cell.n]  # prompts the watermark never saw
         out = st.spoof(ctx.backend(unit.backend), prompts, gen, delta=cell.strength,
                        sampler_config=ctx.sampler_config(unit.backend, unit.length, unit.regime))
         sc = ctx.score(unit, out.texts)
+        if ctx.cfg.stealing.unrelated_keys:
+            extras["unrelated_flagged"] = ctx.unrelated_rate(unit, sc.ids)
     else:
         raise ConfigError(f"unknown cell kind {cell.kind!r}")
     data = CellData(kind=cell.kind, attack=cell.attack, strength=cell.strength, scores=sc.scores, p_values=sc.p_values,
@@ -485,7 +509,7 @@ def run_cell(ctx: RunContext, cell: Cell) -> list[dict[str, Any]]:
                      "n": int(v.n), "note": v.note})
     wall = time.perf_counter() - t0
     cols = ["row_type", "text_index", "n_tokens", "score", "p_value", "detected", "tokens_to_detect", "ppl", "kl",
-            "diversity", "similarity", "edit_fraction", "metric", "value", "unit", "higher_is_better", "task", "deterministic", "n", "note"]
+            "diversity", "similarity", "edit_fraction", "unrelated_flagged", "metric", "value", "unit", "higher_is_better", "task", "deterministic", "n", "note"]
     return [{**head, "row_index": j, **{c: r.get(c) for c in cols}, "wall_time_s": wall} for j, r in enumerate(rows)]
 
 

@@ -8,7 +8,10 @@ victim key (the ``detected`` column of its text row: score ≥ max(τ_N, τ_α) 
 (regime, scheme, thief, N) the texts of every key are pooled; the figure is the fraction flagged
 with a 95% percentile-bootstrap interval over texts (Efron 1979; 2,000 resamples, seeded), and the
 spread over keys as ± one standard deviation. Scrub rates (``scrub`` cells) are listed beside, as
-the harness's summary values averaged over keys.
+the harness's summary values averaged over keys. A thief with parameters is named with them
+(``spoof-insert[clusters=16]``: the adaptive thief). Where the run scores forgeries under unrelated
+keys (``stealing.unrelated_keys``), the table adds the unrelated-key rate: per forged text the
+fraction of those keys that flag it at p ≤ 0.01, averaged over texts, with its bootstrap interval.
 
 The plot draws spoof rate vs N (log axis) with the intervals as error bars, one panel per thief and
 one line per scheme (the leaderboard's colours), and the 5% line.
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-__all__ = ["Stealing", "stealing_rows", "stealing_section", "bootstrap_interval"]
+__all__ = ["Stealing", "stealing_rows", "stealing_section", "bootstrap_interval", "thief_label"]
 
 #: resamples of the percentile bootstrap
 N_BOOT = 2000
@@ -61,20 +64,35 @@ def stealing_rows(df: pd.DataFrame) -> pd.DataFrame:
     Returns:
         columns regime, scheme, thief, train_n, rate, lo, hi, sd_keys, n, keys (empty when no spoof cell).
     """
-    cols = ["regime", "scheme", "thief", "train_n", "rate", "lo", "hi", "sd_keys", "n", "keys"]
+    cols = ["regime", "scheme", "thief", "train_n", "rate", "lo", "hi", "sd_keys", "n", "keys",
+            "unrelated", "unrelated_lo", "unrelated_hi"]
     t = df[(df["cell_kind"] == "spoof") & (df["row_type"] == "text")]
     if t.empty or "detected" not in t:
         return pd.DataFrame(columns=cols)
-    t = t[t["detected"].notna()]
+    t = t[t["detected"].notna()].assign(thief=[thief_label(a, p) for a, p in zip(t["attack"], t["attack_params"])])
     out = []
-    for i, ((regime, scheme, thief, n), g) in enumerate(t.groupby(["regime", "scheme", "attack", "train_n"], sort=True)):
+    for i, ((regime, scheme, thief, n), g) in enumerate(t.groupby(["regime", "scheme", "thief", "train_n"], sort=True)):
         hits = g["detected"].to_numpy(np.float64)
         rate, lo, hi = bootstrap_interval(hits, seed=i)
         per_key = g.groupby("key_index")["detected"].mean()
+        un = g["unrelated_flagged"].dropna().to_numpy(np.float64) if "unrelated_flagged" in g else np.zeros(0)
+        u, u_lo, u_hi = bootstrap_interval(un, seed=i)  # per text: the fraction of unrelated keys that flag it
         out.append({"regime": regime, "scheme": scheme, "thief": thief, "train_n": int(n), "rate": rate, "lo": lo,
                     "hi": hi, "sd_keys": float(per_key.std()) if len(per_key) > 1 else float("nan"),
-                    "n": int(hits.size), "keys": int(len(per_key))})
+                    "n": int(hits.size), "keys": int(len(per_key)), "unrelated": u, "unrelated_lo": u_lo,
+                    "unrelated_hi": u_hi})
     return pd.DataFrame(out, columns=cols)
+
+
+def thief_label(attack: str, params_json: str | None) -> str:
+    """A thief's name on the page: the attack, with its parameters when it has any
+    (``spoof-insert[clusters=16]``, the adaptive thief)."""
+    import json
+
+    params = json.loads(params_json) if isinstance(params_json, str) and params_json else {}
+    if attack == "steal-spoof" or not params:
+        return attack
+    return f"{attack}[{','.join(f'{k}={v}' for k, v in sorted(params.items()))}]"
 
 
 def _plot(rows: pd.DataFrame, colours: dict[str, str]) -> str:
@@ -123,16 +141,25 @@ def stealing_section(df: pd.DataFrame, colours: dict[str, str] | None = None) ->
              "keys pooled; [95% percentile-bootstrap interval over texts] ± standard deviation over keys. "
              "Thieves: `steal-spoof` generates with stolen logit boosts; text spoofers write stolen words into "
              "human passages. The thief fits on N watermarked texts and N unwatermarked samples of the same model.")
-    md = ["## Stealing: spoof rate vs N", "", intro, "", "| scheme | thief | N | spoof rate ↓ | n |", "|---|---|---|---|---|"]
+    has_un = bool(np.isfinite(rows["unrelated"].astype(float)).any())
+    if has_un:
+        intro += (" Unrelated-key rate: per forged text, the fraction of keys unrelated to the victim's that flag it "
+                  "at p ≤ 0.01 (a sound p-value keeps it ≤ 1% whatever the text), averaged over texts [95% bootstrap].")
+    un_head = " unrelated-key rate |" if has_un else ""
+    md = ["## Stealing: spoof rate vs N", "", intro, "", f"| scheme | thief | N | spoof rate ↓ | n |{un_head}",
+          "|---|---|---|---|---|" + ("---|" if has_un else "")]
     multi_regime = rows["regime"].nunique() > 1
     body = []
     for r in rows.to_dict("records"):
         name = f"{r['scheme']} · {r['regime']}" if multi_regime else r["scheme"]
         sd = f" ± {r['sd_keys']:.2g}" if np.isfinite(r["sd_keys"]) else ""
         cell = f"{r['rate']:.3f} [{r['lo']:.3f}, {r['hi']:.3f}]{sd}"
-        md.append(f"| {name} | {r['thief']} | {r['train_n']} | {cell} | {r['n']} |")
+        un = (f"{r['unrelated']:.3f} [{r['unrelated_lo']:.3f}, {r['unrelated_hi']:.3f}]"
+              if np.isfinite(float(r["unrelated"])) else "n/a")
+        md.append(f"| {name} | {r['thief']} | {r['train_n']} | {cell} | {r['n']} |" + (f" {un} |" if has_un else ""))
         body.append(f'<tr><td>{e(name)}</td><td>{e(r["thief"])}</td><td data-v="{r["train_n"]}">{r["train_n"]}</td>'
-                    f'<td data-v="{r["rate"]!r}">{e(cell)}</td><td data-v="{r["n"]}">{r["n"]}</td></tr>')
+                    f'<td data-v="{r["rate"]!r}">{e(cell)}</td><td data-v="{r["n"]}">{r["n"]}</td>'
+                    + (f'<td data-v="{float(r["unrelated"])!r}">{e(un)}</td>' if has_un else "") + "</tr>")
     sc = _scrub(df)
     scrub_md, scrub_html = [], ""
     if not sc.empty:
@@ -149,7 +176,7 @@ def stealing_section(df: pd.DataFrame, colours: dict[str, str] | None = None) ->
     md += scrub_md + ["", "![spoof rate vs N](stealing-spoof-vs-n.png)"]
     page = (f'<section id="stealing-vs-n"><h2>Stealing: spoof rate vs N</h2><p>{e(intro)}</p>'
             '<table class="board" data-task="stealing" id="table-stealing"><thead><tr><th>scheme</th><th>thief</th>'
-            f"<th>N</th><th>spoof rate ↓</th><th>n</th></tr></thead><tbody>{''.join(body)}</tbody></table>{scrub_html}"
+            f"<th>N</th><th>spoof rate ↓</th><th>n</th>{'<th>unrelated-key rate</th>' if has_un else ''}</tr></thead><tbody>{''.join(body)}</tbody></table>{scrub_html}"
             f'<figure><img id="plot-stealing-spoof-vs-n" alt="spoof rate vs N" src="data:image/png;base64,{png}">'
             "<figcaption>spoof rate vs stolen texts N (95% bootstrap intervals; dashed: 5%)</figcaption></figure></section>")
     return Stealing("\n".join(md), page, rows, png)
