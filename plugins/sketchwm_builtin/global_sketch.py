@@ -285,6 +285,13 @@ class GlobalSketchParams(StrictModel):
             the exact tail P(T' ≥ T − β·σ) of the background law shifted up by β standard deviations,
             valid whenever the background model's mean for this key is off by at most β standard
             deviations (domain shift; see the module doc for how β = 0.5 was set).
+        null_dispersion: s > 0, the ``capped`` background null's burstiness: each count C_v of a
+            text of n tokens is Beta-binomial(n, π_v·s, (1 − π_v)·s) (the Pólya / Dirichlet-compound
+            count model of word burstiness; Church & Gale 1995, Madsen, Kauchak & Elkan 2005) instead
+            of Binomial(n, π_v): same mean, variance larger by the factor 1 + (n − 1)/(s + 1), so a
+            word that occurs once is likely to recur, as in human text. None (default): binomial.
+            ``benchmarks/fit_dispersion.py`` fits s on the shipped ``human`` set by matching the
+            key-averaged variance of the capped statistic (``presence`` ignores it).
         p_value: p-value method under ``null="key-randomised"`` (``exact``: characteristic function + FFT).
         min_tokens: shortest text the detector accepts, in tokens of text (its length, not the number
             of distinct tokens the statistic scores, ``n_scored``).
@@ -325,6 +332,7 @@ class GlobalSketchParams(StrictModel):
     direction_index: int = Field(0, ge=0)
     null: Literal["auto", "background", "key-randomised"] = "auto"
     null_margin: float = Field(0.5, ge=0)
+    null_dispersion: Annotated[float, Field(gt=0)] | None = None
     p_value: Literal["exact", "bound", "uniform-bound", "normal", "monte-carlo"] = "exact"
     min_tokens: int = Field(16, ge=1)
     tail_epsilon: float = Field(1e-3, ge=0, lt=0.5)
@@ -898,13 +906,21 @@ class GlobalSketchScheme(WatermarkScheme):
         return mv[:, 0], mv[:, 1]
 
     def _capped_pmf(self, n: torch.Tensor, log_pi: torch.Tensor, log1m_pi: torch.Tensor) -> torch.Tensor:
-        """The law of Y = min(C, k), C ~ Binomial(n, π), for lengths n (b,) and tokens (P,) given by
-        log π and log(1 − π), (P,) float64 → (b, P, k + 1) float64 (``capped`` background null)."""
+        """The law of Y = min(C, k), C ~ Binomial(n, π) (or Beta-binomial(n, πs, (1 − π)s) with
+        ``params.null_dispersion`` = s), for lengths n (b,) and tokens (P,) given by log π and
+        log(1 − π), (P,) float64 → (b, P, k + 1) float64 (``capped`` background null)."""
         k = self.sketch.cap
         j = torch.arange(k, dtype=torch.float64, device=log_pi.device)  # (k,)
         n = n.to(log_pi.device, torch.float64)[:, None, None]  # (b, 1, 1)
         log_binom = torch.lgamma(n + 1) - torch.lgamma(j + 1) - torch.lgamma((n - j).clamp_min(0) + 1)  # (b, 1, k)
-        pj = torch.exp(log_binom + j * log_pi[None, :, None] + (n - j) * log1m_pi[None, :, None])  # (b, P, k)
+        s = self.params.null_dispersion
+        if s is None:
+            log_pj = log_binom + j * log_pi[None, :, None] + (n - j) * log1m_pi[None, :, None]  # (b, P, k)
+        else:  # log B(j + a, n − j + b) − log B(a, b), a = πs, b = (1 − π)s
+            a, b = (torch.exp(log_pi) * s)[None, :, None], (torch.exp(log1m_pi) * s)[None, :, None]  # (1, P, 1)
+            log_pj = (log_binom + torch.lgamma(j + a) - torch.lgamma(a) + torch.lgamma((n - j).clamp_min(0) + b)
+                      - torch.lgamma(b) - torch.lgamma(n + s) + torch.lgamma(torch.tensor(s, dtype=torch.float64)))
+        pj = torch.exp(log_pj)  # (b, P, k)
         pj = torch.where(j[None, None, :] <= n, pj, torch.zeros_like(pj))
         return torch.cat([pj, (1.0 - pj.sum(-1, keepdim=True)).clamp_min(0.0)], -1)  # P(C ≥ k) last
 
