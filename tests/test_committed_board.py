@@ -77,3 +77,28 @@ def test_committed_board_in_chromium(shipped, chromium_page):
     for scheme in knob:
         if any("greedy" in r and s == scheme for r, s in have):
             assert f"{scheme}: TPR at 1% FPR" in greedy, scheme
+
+
+def test_committed_stealing_adaptive_board_matches_its_results():
+    """The committed adaptive-thief board (``benchmarks/leaderboard/stealing-adaptive``): its table is
+    what :func:`stealing_rows` computes from its committed results (rates, intervals, unrelated-key
+    rates), it covers both family sizes at N = 1,000 with the adaptive thief, and its cells are those
+    the two shipped configs plan (no stale cell)."""
+    from sketchwm.bench.runner import plan
+    from sketchwm.bench.stealing_page import stealing_rows
+
+    board = BOARD / "stealing-adaptive"
+    df = pd.read_parquet(board / "results.parquet")
+    want = {c.hash for name in ("stealing-adaptive", "stealing-adaptive-64")
+            for _, cells in plan(load_config(name), bench_registry()) for c in cells}
+    assert set(df["cell_hash"]) == want
+    rows = stealing_rows(df).reset_index(drop=True)
+    table = pd.read_csv(board / "stealing.csv")
+    pd.testing.assert_frame_equal(table[["scheme", "thief", "train_n", "rate", "lo", "hi", "unrelated"]],
+                                  rows[["scheme", "thief", "train_n", "rate", "lo", "hi", "unrelated"]].astype(table.dtypes[
+                                      ["scheme", "thief", "train_n", "rate", "lo", "hi", "unrelated"]].to_dict()),
+                                  check_exact=False, atol=1e-9)
+    at_1000 = table[table["train_n"] == 1000]
+    assert {"spoof-insert[clusters=16]", "spoof-insert[clusters=64]"} <= set(at_1000["thief"])
+    assert {"global-sketch-family-16", "global-sketch-family-64"} == set(at_1000["scheme"])
+    assert (table["unrelated"] <= table["unrelated_hi"] + 1e-12).all() and table["unrelated"].notna().all()
