@@ -230,26 +230,6 @@ class RunContext:
             return Watermarker(self.key(unit.key), spec, backend=self.backend(unit.backend), registry=self.registry).scheme
         return self._get(("scheme", unit), build)
 
-    def unrelated_rate(self, unit: Unit, ids: list[list[int]], alpha: float = 0.01) -> np.ndarray:
-        """Per text, the fraction of ``stealing.unrelated_keys`` keys unrelated to the unit's
-        (:func:`derive_unrelated_key`) under which its p-value is ≤ ``alpha``: (n,) float64."""
-        from ..api import Watermarker
-
-        J = self.cfg.stealing.unrelated_keys if self.cfg.stealing else 0
-        hits = np.zeros(len(ids), dtype=np.float64)
-        if J == 0 or not ids:
-            return hits
-        x, valid = pad_ids(ids)
-        spec = {"scheme": {"name": unit.scheme_name, "params": json.loads(unit.scheme_params)}}
-        for j in range(J):
-            scheme = self._get(("unrelated-scheme", unit, j), lambda j=j: Watermarker(
-                derive_unrelated_key(self.cfg, unit.key, j), spec, backend=self.backend(unit.backend),
-                registry=self.registry).scheme)
-            p = scheme.score_ids(x.to(scheme.device), valid.to(scheme.device)).p_value.double().cpu().numpy()
-            hits += np.where(np.isnan(p), 0.0, (p <= alpha).astype(np.float64))
-        n = np.array([len(i) for i in ids])
-        return np.where(n == 0, 0.0, hits / J)
-
     def score(self, unit: Unit, texts: Sequence[str], ids: list[list[int]] | None = None) -> Scored:
         """Detection scores of ``texts`` under ``unit``'s keyed scheme (empty text: score −inf, p = 1)."""
         scheme, be = self.scheme(unit), self.backend(unit.backend)
@@ -349,6 +329,28 @@ class RunContext:
         return self._get(("stealer", unit, train_n), build)
 
 
+def unrelated_rate(ctx: RunContext, unit: Unit, ids: list[list[int]], alpha: float = 0.01) -> np.ndarray:
+    """Per text, the fraction of ``stealing.unrelated_keys`` keys unrelated to ``unit``'s
+    (:func:`derive_unrelated_key`) under which its p-value is ≤ ``alpha``: (n,) float64 (zeros when
+    the run scores no unrelated keys)."""
+    from ..api import Watermarker
+
+    J = ctx.cfg.stealing.unrelated_keys if ctx.cfg.stealing else 0
+    hits = np.zeros(len(ids), dtype=np.float64)
+    if J == 0 or not ids:
+        return hits
+    x, valid = pad_ids(ids)
+    spec = {"scheme": {"name": unit.scheme_name, "params": json.loads(unit.scheme_params)}}
+    for j in range(J):
+        scheme = ctx._get(("unrelated-scheme", unit, j), lambda j=j: Watermarker(
+            derive_unrelated_key(ctx.cfg, unit.key, j), spec, backend=ctx.backend(unit.backend),
+            registry=ctx.registry).scheme)
+        p = scheme.score_ids(x.to(scheme.device), valid.to(scheme.device)).p_value.double().cpu().numpy()
+        hits += np.where(np.isnan(p), 0.0, (p <= alpha).astype(np.float64))
+    n = np.array([len(i) for i in ids])
+    return np.where(n == 0, 0.0, hits / J)
+
+
 def human_passages(ctx: "RunContext") -> list[str]:
     """The passages the run's text spoofers forge: the first ``human_n`` of each ``stealing.human``
     domain (:func:`sketchwm.data.load`, or ``tiny``: 30-word strings of the tiny model's words), text
@@ -441,7 +443,7 @@ def _cell_data(ctx: RunContext, cell: Cell, ud: dict[str, Any] | None) -> tuple[
         sc = ctx.score(unit, out.texts)
         extras["edit_fraction"] = np.array(out.edit_fraction, dtype=np.float64)
         if ctx.cfg.stealing.unrelated_keys:
-            extras["unrelated_flagged"] = ctx.unrelated_rate(unit, sc.ids)
+            extras["unrelated_flagged"] = unrelated_rate(ctx, unit, sc.ids)
     elif cell.kind == "spoof":
         st = ctx.stealer(unit, cell.train_n)
         prompts = ctx.prompts(unit.prompt_set)["null_fpr"][: cell.n]  # prompts the watermark never saw
@@ -449,7 +451,7 @@ def _cell_data(ctx: RunContext, cell: Cell, ud: dict[str, Any] | None) -> tuple[
                        sampler_config=ctx.sampler_config(unit.backend, unit.length, unit.regime))
         sc = ctx.score(unit, out.texts)
         if ctx.cfg.stealing.unrelated_keys:
-            extras["unrelated_flagged"] = ctx.unrelated_rate(unit, sc.ids)
+            extras["unrelated_flagged"] = unrelated_rate(ctx, unit, sc.ids)
     else:
         raise ConfigError(f"unknown cell kind {cell.kind!r}")
     data = CellData(kind=cell.kind, attack=cell.attack, strength=cell.strength, scores=sc.scores, p_values=sc.p_values,
