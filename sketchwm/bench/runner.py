@@ -223,12 +223,7 @@ class RunContext:
 
     def scheme(self, unit: Unit) -> Any:
         """The keyed scheme of ``unit`` on its backend's device."""
-        def build() -> Any:
-            from ..api import Watermarker
-
-            spec = {"scheme": {"name": unit.scheme_name, "params": json.loads(unit.scheme_params)}}
-            return Watermarker(self.key(unit.key), spec, backend=self.backend(unit.backend), registry=self.registry).scheme
-        return self._get(("scheme", unit), build)
+        return self._get(("scheme", unit), lambda: keyed_scheme(self, unit, self.key(unit.key)))
 
     def score(self, unit: Unit, texts: Sequence[str], ids: list[list[int]] | None = None) -> Scored:
         """Detection scores of ``texts`` under ``unit``'s keyed scheme (empty text: score −inf, p = 1)."""
@@ -329,22 +324,30 @@ class RunContext:
         return self._get(("stealer", unit, train_n), build)
 
 
+def keyed_scheme(ctx: RunContext, unit: Unit, key: WatermarkKey) -> Any:
+    """``unit``'s scheme and params under ``key``, on the unit's backend (not cached here).
+
+    Raises:
+        ConfigError, RegistryError: as :class:`sketchwm.api.Watermarker`.
+    """
+    from ..api import Watermarker
+
+    spec = {"scheme": {"name": unit.scheme_name, "params": json.loads(unit.scheme_params)}}
+    return Watermarker(key, spec, backend=ctx.backend(unit.backend), registry=ctx.registry).scheme
+
+
 def unrelated_rate(ctx: RunContext, unit: Unit, ids: list[list[int]], alpha: float = 0.01) -> np.ndarray:
     """Per text, the fraction of ``stealing.unrelated_keys`` keys unrelated to ``unit``'s
     (:func:`derive_unrelated_key`) under which its p-value is ≤ ``alpha``: (n,) float64 (zeros when
     the run scores no unrelated keys)."""
-    from ..api import Watermarker
-
     J = ctx.cfg.stealing.unrelated_keys if ctx.cfg.stealing else 0
     hits = np.zeros(len(ids), dtype=np.float64)
     if J == 0 or not ids:
         return hits
     x, valid = pad_ids(ids)
-    spec = {"scheme": {"name": unit.scheme_name, "params": json.loads(unit.scheme_params)}}
     for j in range(J):
-        scheme = ctx._get(("unrelated-scheme", unit, j), lambda j=j: Watermarker(
-            derive_unrelated_key(ctx.cfg, unit.key, j), spec, backend=ctx.backend(unit.backend),
-            registry=ctx.registry).scheme)
+        scheme = ctx._get(("unrelated-scheme", unit, j),
+                          lambda j=j: keyed_scheme(ctx, unit, derive_unrelated_key(ctx.cfg, unit.key, j)))
         p = scheme.score_ids(x.to(scheme.device), valid.to(scheme.device)).p_value.double().cpu().numpy()
         hits += np.where(np.isnan(p), 0.0, (p <= alpha).astype(np.float64))
     n = np.array([len(i) for i in ids])
