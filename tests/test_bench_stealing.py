@@ -141,3 +141,21 @@ def test_adaptive_thief_and_unrelated_keys_are_cells_and_columns(tmp_path):
     build_leaderboard(tmp_path, tmp_path / "board")
     md = (tmp_path / "board" / "leaderboard.md").read_text()
     assert "unrelated-key rate" in md and "spoof-insert[clusters=4]" in md
+
+
+def test_unrelated_rate_counts_each_unrelated_key_once():
+    """The unrelated-key rate is the fraction of the J keys whose p-value is ≤ α, per text: every key at
+    α = 1, none at α = 0, and it scores under J distinct keys (not the victim's)."""
+    import torch
+
+    from sketchwm.bench.runner import RunContext, unrelated_rate
+
+    steal = {**STEALING, "train_n": [4], "unrelated_keys": 3, "generation": False}
+    cfg = BenchConfig.model_validate(_config(stealing=steal, keys=1, schemes=[{"name": "global-sketch", "params": UNIFORM}]))
+    (unit, _), = plan(cfg, bench_registry())
+    ctx = RunContext(cfg, bench_registry())
+    ids = ctx.backend(unit.backend).encode(["the water runs down the hill and the sun is up over the town again"] * 2)
+    assert np.array_equal(unrelated_rate(ctx, unit, ids, alpha=1.0), np.ones(2))
+    assert np.array_equal(unrelated_rate(ctx, unit, ids, alpha=0.0), np.zeros(2))
+    u = [ctx._cache[("unrelated-scheme", unit, j)].u for j in range(3)] + [ctx.scheme(unit).u]  # the Rademacher directions
+    assert all(not torch.equal(u[a], u[b]) for a in range(4) for b in range(a + 1, 4))
