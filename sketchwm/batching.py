@@ -41,7 +41,8 @@ def flatten_ids(id_lists: "Sequence[Sequence[int]]") -> tuple[np.ndarray, np.nda
     """Concatenate B id lists: flat (T,) int64 and lengths (B,) int64, T = Σ lengths.
 
     Python lists of ints are read in one C pass into the int64 output by the optional extension
-    ``sketchwm._fastids`` (built by ``pip install``; compact ints read without a call) or, where it
+    ``sketchwm._fastids`` (built by ``pip install``; compact ints read without a call, on
+    ``torch.get_num_threads()`` threads when there are at least 2^16 ids: the read is memory-bound) or, where it
     is not built, appended one list at a time to one growing int64 buffer (``array.array.fromlist``,
     a C loop per list, about half as fast); other sequences (tuples, ranges) are read in one C-level pass (``np.fromiter`` over a
     chained iterator); when some texts are numpy arrays or tensors (long texts from
@@ -58,7 +59,7 @@ def flatten_ids(id_lists: "Sequence[Sequence[int]]") -> tuple[np.ndarray, np.nda
         kinds = set(map(type, id_lists))  # one C-level pass
         if kinds == {list} and _flatten_into is not None:
             flat = np.empty(int(lengths.sum()), np.int64)
-            _flatten_into(id_lists if type(id_lists) is list else list(id_lists), flat)
+            _flatten_into(id_lists if type(id_lists) is list else list(id_lists), flat, torch.get_num_threads())
         elif kinds == {list}:
             buf = array.array("q")
             add = buf.fromlist

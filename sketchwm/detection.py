@@ -315,14 +315,14 @@ class Detector(InputPaths):
         valid = torch.ones_like(ids, dtype=torch.bool) if valid is None else valid.to(ids.device, torch.bool)
         if valid.shape != ids.shape:
             raise InputError(f"valid has shape {tuple(valid.shape)} but ids have {tuple(ids.shape)}")
-        lengths, lo, hi = ids_summary(ids, valid)  # (B,) int64, valid id range
+        V = self.scheme.vocab_size
+        lengths, lo, hi = ids_summary(ids, valid, V)  # (B,) int64, a range holding every valid id
         short = lengths < self.scheme.min_tokens
         if bool(short.any()):
             i = int(short.nonzero()[0, 0])
             if int(lengths[i]) == 0:
                 raise InputError(f"text {i} is empty")
             raise InputError(f"text {i} has {int(lengths[i])} tokens; at least {self.scheme.min_tokens} are needed for detection")
-        V = self.scheme.vocab_size
         if lo < 0 or hi >= V:  # name the first offending text
             bad = valid & ((ids < 0) | (ids >= V))
             i, j = (int(t) for t in bad.nonzero()[0])

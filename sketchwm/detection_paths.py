@@ -1,6 +1,6 @@
 """The detector's input paths: texts, streams of texts and lists of token ids, batched without a Python
 loop over texts (one flat concatenation with offsets, padded by index arithmetic) and scored in
-length-sorted groups while the next piece is read or tokenised (:mod:`sketchwm.batching`).
+length-sorted groups while the next batch of texts is tokenised (:mod:`sketchwm.batching`).
 :class:`InputPaths` is the part of :class:`sketchwm.detection.Detector` that turns input into padded
 batches; the decision rule, thresholds and calibration stay in :mod:`sketchwm.detection`.
 """
@@ -16,27 +16,6 @@ import torch
 from .batching import flatten_ids, length_groups, pad_flat, prefetch
 from .detection_result import DetectionResult
 from .errors import InputError
-
-
-_POOL: list[Any] = []  # the one scoring thread (built on first use)
-
-
-def _done(value: Any) -> Any:
-    """A finished future holding ``value``."""
-    from concurrent.futures import Future
-
-    f: Future = Future()
-    f.set_result(value)
-    return f
-
-
-def _score_pool() -> Any:
-    """One worker thread that scores while the caller reads the next piece of ids (created on first use)."""
-    if not _POOL:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _POOL.append(ThreadPoolExecutor(1, thread_name_prefix="sketchwm-score"))
-    return _POOL[0]
 
 
 class InputPaths:
@@ -143,7 +122,7 @@ class InputPaths:
 
     def detect_ids(
         self, id_lists: "Sequence[Sequence[int]] | torch.Tensor", *, per_item: bool = False, progress: bool = False,
-        chunk: int = 1024, index_offset: int = 0, _errors: list[str | None] | None = None,
+        chunk: int = 4096, index_offset: int = 0, _errors: list[str | None] | None = None,
     ) -> DetectionResult:
         """Detect in token-id lists.
 
@@ -186,33 +165,30 @@ class InputPaths:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=B, desc="detecting", unit="text")
-        # pieces of the input in order: piece k+1 is read into an int64 array (holding the GIL) while
-        # piece k is scored in a worker thread (numpy and torch release the GIL)
-        step = max(chunk, -(-B // 4))
-        futures = []
-        try:
-            for a in range(0, B, step):
-                b = min(B, a + step)
-                flat, lens = flatten_ids(id_lists[a:b])  # (T,), (b - a,)
-                lengths[a:b] = lens
-                found = self.check_flat(flat, lens, index_offset + a)
-                if found is not None:
-                    errors[a:b] = [e if e is not None else f for e, f in zip(errors[a:b], found)]
-                if found is not None or _errors is not None:
-                    ok[a:b] = [e is None for e in errors[a:b]]
-                if not per_item and not ok[a:b].all():
-                    raise InputError(next(e for e in errors[a:b] if e is not None))
-                good = np.flatnonzero(ok[a:b])  # indices within the piece
-                if b - a == B:  # one piece: nothing to overlap, score here
-                    futures.append(_done(self._score_piece(flat, lens, good, a, chunk, score, z, p, n_scored)))
-                else:
-                    futures.append(_score_pool().submit(self._score_piece, flat, lens, good, a, chunk, score, z, p, n_scored))
-        finally:
-            done = [f.result() for f in futures]  # scoring errors surface here
-        method = next((m for m in reversed(done) if m), "")
+        # pieces of at most 16,384 texts (bounds the flat copy), each read into an int64 array (the C
+        # reader splits a large piece over torch's threads) and then scored; scoring a piece while
+        # reading the next one would not overlap: the reader holds the GIL that the scorer's numpy
+        # calls wait for
+        step = max(chunk, 16384)
+        done: list[str] = []
+        for a in range(0, B, step):
+            b = min(B, a + step)
+            flat, lens = flatten_ids(id_lists[a:b])  # (T,), (b - a,)
+            lengths[a:b] = lens
+            found = self.check_flat(flat, lens, index_offset + a)
+            if found is not None:
+                errors[a:b] = [e if e is not None else f for e, f in zip(errors[a:b], found)]
+            if found is not None or _errors is not None:
+                ok[a:b] = [e is None for e in errors[a:b]]
+            if not per_item and not ok[a:b].all():
+                raise InputError(next(e for e in errors[a:b] if e is not None))
+            good = np.flatnonzero(ok[a:b])  # indices within the piece
+            done.append(self._score_piece(flat, lens, good, a, chunk, score, z, p, n_scored))
+            if bar is not None:
+                bar.update(b - a)
         if bar is not None:
-            bar.update(B)
             bar.close()
+        method = next((m for m in reversed(done) if m), "")
         lengths_t = torch.from_numpy(lengths)
         analytic, calibrated = self.thresholds(lengths_t)
         thr, source, decide = self.decide(score, p, lengths_t, (analytic, calibrated))

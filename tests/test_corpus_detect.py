@@ -257,6 +257,7 @@ def test_c_flattening_equals_the_python_path(monkeypatch):
     lists = [rng.integers(-(2**62), 2**62, n).tolist() for n in (0, 1, 7, 300)]
     lists += [[0, 1, -1, 2**30 - 1, 2**30, -(2**30), 2**63 - 1, -(2**63), True, False], [],
               [np.int64(5), np.int32(-7), np.uint16(9)]]
+    fast_into = batching._flatten_into
     fast, lengths = batching.flatten_ids(lists)
     monkeypatch.setattr(batching, "_flatten_into", None)
     slow, lengths2 = batching.flatten_ids(lists)
@@ -265,3 +266,23 @@ def test_c_flattening_equals_the_python_path(monkeypatch):
     for bad in ([[1, 2.5]], [[1, "a"]], [[2**70]], [[1], [2, 3.5], [4]]):
         with pytest.raises(InputError, match="lists of integers"):
             batching.flatten_ids(bad)
+    # the threaded read (>= 2^16 ids, torch's threads): equal to the Python path, and an item it does not
+    # read (a multi-digit int, a bool, a numpy integer, a float) deep in the input sends the whole input
+    # through the general loop, with its values or its error
+    import torch
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    big = [rng.integers(0, 2**30, int(n)).tolist() for n in rng.integers(0, 700, 400)]
+    for odd in (None, 2**40, True, np.int64(7), 2.5):
+        lists = [list(x) for x in big]
+        if odd is not None:
+            lists[-3].append(odd)
+        monkeypatch.setattr(batching, "_flatten_into", fast_into)
+        try:
+            fast, lengths = batching.flatten_ids(lists)
+        except InputError:
+            assert isinstance(odd, float)
+            continue
+        monkeypatch.setattr(batching, "_flatten_into", None)
+        slow, lengths2 = batching.flatten_ids(lists)
+        assert sum(map(len, lists)) >= 2**16 and np.array_equal(fast, slow) and np.array_equal(lengths, lengths2), odd

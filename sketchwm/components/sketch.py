@@ -143,7 +143,7 @@ class Sketch(Component):
             InputError: a valid id outside [0, V) (names it).
         """
         ids = ids.to(self.device)
-        lengths, lo, hi = ids_summary(ids, None if valid is None else valid.to(self.device))
+        lengths, lo, hi = ids_summary(ids, None if valid is None else valid.to(self.device), self.vocab_size)
         if lo < 0 or hi >= self.vocab_size:
             raise InputError(f"token id {hi if hi >= self.vocab_size else lo} is outside the vocabulary [0, {self.vocab_size})")
         return ids, lengths
