@@ -13,9 +13,12 @@ model's corpus and from the token prior; nothing was fitted on them), for each s
 * ``family`` — ``global-sketch-family``, the default's defence against stealing (16 member keys,
   Bonferroni family test and the studentised spread test with 32 decoy keys; its p-value is never
   below the family test's, so ``--params '{"family": {"spread_test": false}}'`` measures a bound
-  that holds for every spread test).
+  that holds for every spread test);
+* ``green`` — ``global-sketch-green``, the default's sketch and a context-keyed green channel,
+  Bonferroni over the two channels' p-values;
+* ``red-green-dlm`` — the red-green DLM baseline (exact binomial on distinct (hash, token) pairs).
 
-The last three are run only when named (e.g. ``--schemes dmark gumbel-position family``).
+The last five are run only when named (e.g. ``--schemes dmark gumbel-position family``).
 
 Keys are fresh random keys (``secrets``) unless ``--seed`` is given (keys then derive from the seed
 by SHA-256, for a reproducible draw). Texts are tokenised once with the default model's tokenizer;
@@ -44,6 +47,8 @@ SCHEMES = {
     "dmark": ("dmark", {}),
     "gumbel-position": ("gumbel-position", {}),
     "family": ("global-sketch-family", {}),
+    "green": ("global-sketch-green", {}),
+    "red-green-dlm": ("red-green-dlm", {}),
 }
 #: the tags run when ``--schemes`` is not given
 DEFAULT_SCHEMES = ("default", "count", "unigram")

@@ -59,6 +59,7 @@ PATHS: dict[str, dict] = {
 PARAMS: dict[str, dict] = {
     "global-sketch": {"prior": {"source": "uniform"}},
     "global-sketch-family": {"member": {"prior": {"source": "uniform"}}},
+    "global-sketch-green": {"sketch": {"prior": {"source": "uniform"}}},
     "kth-exp-edit": {"key_len": 32, "n_permutations": 99},
 }
 SCHEMES = [None] + get_registry().names("scheme")

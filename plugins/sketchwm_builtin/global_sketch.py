@@ -320,6 +320,12 @@ class GlobalSketchParams(StrictModel):
         greedy_margin: m, in nats: the argmax tilt may only pick a token whose log-probability is within
             m of the model's argmax (p ≥ e^{−m}·p_max), so it overturns only near-ties and each
             committed token keeps at least e^{−m} of the top token's probability. None: no bound.
+        coverage_scaled: η_t is also multiplied by c = min(1, n̂/N), the expected fraction of the N
+            generated positions that the presence statistic reads (distinct kept tokens, n̂ of eq. 5):
+            the sketch spends its tilt in proportion to how much of the text it can read, so on
+            repetitive or frequent-word text (small c) it tilts less. Off by default; the
+            two-channel ``global-sketch-green`` turns it on and gives the rest of its tilt to the
+            green channel.
     """
 
     sketch: ComponentSpec = ComponentSpec(
@@ -339,6 +345,7 @@ class GlobalSketchParams(StrictModel):
     order: Literal["auto", "steer", "off"] = "auto"
     greedy_tilt: float = Field(4.0, ge=0)
     greedy_margin: Annotated[float, Field(gt=0)] | None = 4.0
+    coverage_scaled: bool = False
 
 
 @dataclass
@@ -803,6 +810,8 @@ class GlobalSketchScheme(WatermarkScheme):
             return step.marginals.target_logits()
         with serial_on_cpu(parts.factor.device):
             eta = s * parts.n_hat.sqrt()  # (B,) η_t
+            if self.params.coverage_scaled:  # × min(1, n̂/N)
+                eta = eta * (parts.n_hat / max(1, step.tokens.shape[1])).clamp(max=1.0)
         marginals = step.marginals
         if near_tie is not None:  # the argmax tilt within the margin: other tokens cannot win
             eos = self.stop_token_id  # the greedy decision to stop stays the model's: EOS where it is the argmax
@@ -1144,7 +1153,9 @@ class GlobalSketchScheme(WatermarkScheme):
 
 @hookimpl
 def sketchwm_register_schemes() -> list[type]:
-    """Register the global sketch watermark and its key-family defence against stealing (:mod:`.key_family`)."""
+    """Register the global sketch watermark, its key-family defence against stealing (:mod:`.key_family`)
+    and its combination with a context-keyed green channel (:mod:`.sketch_green`)."""
     from .key_family import GlobalSketchFamilyScheme
+    from .sketch_green import SketchGreenScheme
 
-    return [GlobalSketchScheme, GlobalSketchFamilyScheme]
+    return [GlobalSketchScheme, GlobalSketchFamilyScheme, SketchGreenScheme]

@@ -1,0 +1,206 @@
+"""``global-sketch-green``: the global sketch and a context-keyed green channel, embedded together.
+
+Why. The presence sketch reads each distinct kept token once (seed paper eq. 1 with presence
+features): it is order-invariant and flood-robust, and at high entropy it leads the matched
+leaderboard. At low entropy (T = 0.5, repetitive text, distinct-2 ≈ 0.2) there are few distinct
+tokens to read, and the frequent tokens that low-temperature text is made of are excluded from the
+sketch (their per-key offset under a domain shift breaks the per-key null; docs/statistics.md). A
+context-keyed green list (Kirchenbauer et al. 2023; for DLMs Gloaguen et al. 2025, arXiv 2509.24368)
+keys each token's colour on its neighbour, so a frequent token is green in some contexts and red in
+others and its domain-wide rate averages out: that is where the evidence of repetitive text can be
+planted. This scheme runs both channels on one text.
+
+Embedding (first order in the two strengths). With a(v) the sketch's tilt direction at a target row
+(seed paper eq. 7: the residual gradient of the expected sketch, scaled by η_t) and ∂J/∂p_i(v) the
+gradient of the expected green score J (Gloaguen et al.'s eq. for J,
+:class:`sketchwm_baselines.red_green_dlm.RedGreenDLMScheme`), each target marginal is tilted by
+
+    p̃_i(v) ∝ p_i(v) · exp(s·η_t·a(v) + s·δ_g·∂J/∂p_i(v)),
+
+s = ``scale`` (the strength knob), both gradients taken at the untilted marginals p (the green
+gradient is read before the sketch tilts the rows). This is the exponential tilt along the gradient
+of E[T_sketch]·η_t + δ_g·E[J]: each channel's share of the KL goes where its gradient is large, so at
+positions where the sketch has nothing left to gain (the token already present) the green term is
+all that moves the marginal. The sketch channel keeps everything of ``global-sketch`` (stop-token
+handling, the greedy order and argmax tilt, the key): it is a ``global-sketch`` under the same key,
+so a text this scheme marks is also scored by ``global-sketch``.
+
+Detection. Two p-values of the same text: p_s, the sketch's fixed-key background null
+(:meth:`GlobalSketchScheme.score_ids`, valid for the key held), and p_g, the exact binomial test on
+the green count of distinct (context hash, token) pairs (:class:`ContextGreenListScheme`), combined
+by Bonferroni: p = min(1, 2·min(p_s, p_g)). P(p ≤ α) ≤ P(p_s ≤ α/2) + P(p_g ≤ α/2) ≤ α on text
+written without the key whenever each channel's own p-value is valid, whatever their dependence.
+Reordering the tokens destroys the green channel's contexts but not the sketch, so a reordered text
+is still detected at level α/2 by the sketch alone; flooding one token adds one distinct pair to
+the green count and nothing to the sketch beyond one token. ``score`` = Φ⁻¹(1 − p) (so
+``score ≥ Φ⁻¹(1 − α)`` ⇔ ``p ≤ α``), ``z`` the z of the channel with the smaller p-value.
+
+Keys. The sketch channel uses the key itself; the green lists use the subkey
+``key.subkey("global-sketch-green/green")`` (HMAC-SHA256, domain-separated), so they are not the
+green lists of a ``red-green-dlm`` run under the same key.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from sketchwm.components import DenoiseStep, MarginalReads, SchemeScores, Strength, WatermarkScheme
+from sketchwm.config import StrictModel
+from sketchwm.stats import normal_isf
+from sketchwm_baselines.red_green_dlm import RedGreenDLMParams, RedGreenDLMScheme
+
+from .global_sketch import GlobalSketchParams, GlobalSketchScheme
+
+__all__ = ["SketchGreenParams", "SketchGreenScheme", "GREEN_DOMAIN", "combine_bonferroni"]
+
+#: domain of the green channel's key: ``key.subkey(GREEN_DOMAIN)``
+GREEN_DOMAIN = "global-sketch-green/green"
+
+
+class SketchGreenParams(StrictModel):
+    """Parameters of ``global-sketch-green``.
+
+    Attributes:
+        sketch: the sketch channel, a full :class:`GlobalSketchParams` (default: the default
+            ``global-sketch``, δ = 0.75).
+        green: the green channel, :class:`RedGreenDLMParams` (context {−1}, SumHash, γ = 0.25, both
+            gradient terms); its ``delta`` δ_g is the green logit shift at s = 1 (default 1).
+        scale: s ≥ 0, the strength knob: multiplies both channels' strengths (the sketch's δ and
+            δ_g), so a sweep of s moves along one ray of the two-strength plane.
+        min_tokens: shortest text the detector accepts (tokens of text).
+    """
+
+    sketch: GlobalSketchParams = GlobalSketchParams()
+    green: RedGreenDLMParams = RedGreenDLMParams(delta=1.0)
+    scale: float = Field(1.0, ge=0)
+    min_tokens: int = Field(16, ge=1)
+
+
+def combine_bonferroni(p_sketch: torch.Tensor, p_green: torch.Tensor) -> torch.Tensor:
+    """p = min(1, 2·min(p_s, p_g)) (Bonferroni over two tests; valid under any dependence).
+
+    Args:
+        p_sketch, p_green: (B,) float64 p-values (NaN stays NaN).
+
+    Returns:
+        (B,) float64.
+    """
+    return torch.clamp(2.0 * torch.minimum(p_sketch.double(), p_green.double()), max=1.0)
+
+
+class SketchGreenScheme(WatermarkScheme):
+    """The global sketch and a context-keyed green channel on one text (module doc).
+
+    Args:
+        params: :class:`SketchGreenParams`.
+        key: the :class:`sketchwm.keys.WatermarkKey`; the sketch channel uses it, the green channel
+            its subkey :data:`GREEN_DOMAIN`.
+        vocab_size: V.
+        device: where tables live.
+        registry, tokenizer_fingerprint: passed to the sketch channel (:class:`GlobalSketchScheme`).
+
+    Attributes:
+        sketch_channel: the :class:`GlobalSketchScheme` (δ = s·``sketch.delta``).
+        green_channel: the :class:`RedGreenDLMScheme` (δ = s·``green.delta``).
+
+    Raises:
+        ConfigError: bad params (as the two channels raise them).
+    """
+
+    name = "global-sketch-green"
+    Params = SketchGreenParams
+    strength = Strength("scale", (0.25, 0.5, 1.0, 1.5, 2.0))  # s, both channels' strengths; default 1
+    # every masked row at every step: the sketch reads them all, and the green gradient reads the
+    # neighbours of each target, which incremental reads would leave stale
+    reads = MarginalReads.masked()
+
+    def __init__(self, params: Any, key: Any, vocab_size: int, device="cpu", registry: Any = None,
+                 tokenizer_fingerprint: str | None = None):
+        super().__init__(params, key, vocab_size, device)
+        p = self.params
+        sketch = {**p.sketch.model_dump(mode="json"), "delta": p.scale * p.sketch.delta, "min_tokens": p.min_tokens}
+        green = {**p.green.model_dump(mode="json"), "delta": p.scale * p.green.delta, "min_tokens": p.min_tokens}
+        self.sketch_channel = GlobalSketchScheme(sketch, key, vocab_size, device, registry=registry,
+                                                 tokenizer_fingerprint=tokenizer_fingerprint)
+        self.green_channel = RedGreenDLMScheme(green, key.subkey(GREEN_DOMAIN), vocab_size, device)
+        self.prior_fingerprint = self.sketch_channel.prior_fingerprint
+        self.prior_desc = self.sketch_channel.prior_desc
+
+    # ------------------------------------------------------------------ embedding
+    def set_stop_token(self, token_id: int | None) -> None:
+        """As :meth:`WatermarkScheme.set_stop_token`, for both channels."""
+        super().set_stop_token(token_id)
+        self.sketch_channel.set_stop_token(token_id)
+        self.green_channel.set_stop_token(token_id)
+
+    def begin(self, batch_size: int, gen_length: int, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> None:
+        """Start both channels on a new batch."""
+        self.sketch_channel.begin(batch_size, gen_length, prompt_ids, prompt_mask)
+        self.green_channel.begin(batch_size, gen_length, prompt_ids, prompt_mask)
+
+    def steers_order(self, temperature: float) -> bool:
+        """The sketch channel's order rule (:meth:`GlobalSketchScheme.steers_order`)."""
+        return self.sketch_channel.steers_order(temperature)
+
+    def order_priority(self, step: DenoiseStep, x0: torch.Tensor, confidence: torch.Tensor) -> torch.Tensor:
+        """The sketch channel's priority (B, K) float32 (:meth:`GlobalSketchScheme.order_priority`)."""
+        return self.sketch_channel.order_priority(step, x0, confidence)
+
+    def process_logits(self, step: DenoiseStep) -> torch.Tensor:
+        """The two-channel tilt of the module doc at the target rows: (B, K, V) float32.
+
+        The green gradient ∂J/∂p (on its top-k candidates) is computed from the untilted marginals
+        first; the sketch channel then tilts the target rows (in place, eq. 7 of the seed paper) and
+        the green term s·δ_g·∂J/∂p is added to them.
+        """
+        g = self.green_channel.params
+        strength = g.delta / (len(g.context) + 1) if g.normalize else g.delta
+        green = None
+        if strength > 0.0 and bool(step.masked.any()):
+            t, grad = self.green_channel.candidate_gradient(step)  # (B, G, k) each, untilted marginals
+            m = step.marginals
+            green = (m.at_targets(t), strength * m.at_targets(grad))  # (B, K, k) each
+        logits = self.sketch_channel.process_logits(step)  # (B, K, V)
+        if green is not None:
+            logits.scatter_add_(-1, green[0], green[1].to(logits.dtype))
+        return logits
+
+    # ------------------------------------------------------------------ detection
+    def channel_scores(self, ids: torch.Tensor, valid: torch.Tensor) -> tuple[SchemeScores, SchemeScores]:
+        """Each channel's own scores for ids (B, N) int64 with valid (B, N) bool: (sketch, green).
+
+        Raises:
+            InputError: ids outside [0, V).
+        """
+        return self.sketch_channel.score_ids(ids, valid), self.green_channel.score_ids(ids, valid)
+
+    def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
+        """Bonferroni over the two channels (module doc): p (B,) float64, score Φ⁻¹(1 − p), z of the
+        channel with the smaller p-value, n_scored the sketch's.
+
+        Raises:
+            InputError: ids outside [0, V).
+        """
+        s, g = self.channel_scores(ids, valid)
+        p_s, p_g = s.p_value.double().cpu(), g.p_value.double().cpu()
+        pv = combine_bonferroni(p_s, p_g)
+        from scipy.special import ndtri
+
+        score = torch.from_numpy(-ndtri(np.clip(pv.numpy(), 1e-300, 1.0)))  # Φ⁻¹(1 − p)
+        z = torch.where(p_s <= p_g, s.z.double().cpu(), g.z.double().cpu())
+        how = f"Bonferroni over two channels: sketch [{s.p_value_method}] and green [{g.p_value_method}]"
+        return SchemeScores(score, z, pv, s.n_scored.cpu(), how)
+
+    def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
+        """Φ⁻¹(1 − α) on ``score`` (⇔ p ≤ α)."""
+        return normal_isf(alpha)
+
+    def describe(self) -> dict[str, Any]:
+        """Config plus the sketch channel's resolved prior."""
+        d = super().describe()
+        d["resolved_prior"] = self.sketch_channel.prior_desc
+        return d
