@@ -18,7 +18,7 @@ from sketchwm_builtin.sketch_green import GREEN_DOMAIN
 
 V = 120
 MASK = 4
-SKETCH = {"prior": {"source": "uniform"}, "sketch": {"name": "count-sketch", "params": {"d": 4, "w": 64}}}
+SKETCH = {"prior": {"source": "uniform"}, "sketch": {"name": "count-sketch", "params": {"d": 4, "w": 64, "counting": "presence"}}}
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -41,7 +41,8 @@ def _state(B: int, G: int, seed: int) -> DenoiseStep:
 
 def _schemes(scale: float, key: WatermarkKey):
     reg = get_registry()
-    both = reg.create("scheme", "global-sketch-green", {"sketch": SKETCH, "green": {"delta": 1.5}, "scale": scale}, key, V)
+    both = reg.create("scheme", "global-sketch-green", {"sketch": {**SKETCH, "delta": 0.75}, "green": {"delta": 1.5},
+                                                        "scale": scale}, key, V)
     sketch = reg.create("scheme", "global-sketch", {**SKETCH, "delta": 0.75 * scale}, key, V)
     green = reg.create("scheme", "red-green-dlm", {"delta": 1.5 * scale}, key.subkey(GREEN_DOMAIN), V)
     return both, sketch, green
@@ -121,3 +122,22 @@ def test_generated_text_is_detected_and_reordering_keeps_the_sketch_channel(tiny
     shuffled, vs = torch.gather(ids, 1, perm), torch.gather(valid, 1, perm)
     s2, _ = both.channel_scores(shuffled, vs)
     assert torch.allclose(s2.p_value, s.p_value)
+
+
+def test_coverage_scaled_tilt_is_the_plain_tilt_times_the_read_fraction():
+    """``coverage_scaled``: η_t × min(1, n̂/N), so the tilt (logit shift) is the plain one times that
+    fraction, n̂ the expected number of distinct kept tokens of eq. 5 (:meth:`_tilt_parts`)."""
+    reg = get_registry()
+    plain = reg.create("scheme", "global-sketch", SKETCH, _key(4), V)
+    cov = reg.create("scheme", "global-sketch", {**SKETCH, "coverage_scaled": True}, _key(4), V)
+    step = _state(3, 16, seed=11)
+    raw = step.marginals.logits.clone()
+    outs = []
+    for s in (plain, cov):
+        s.begin(3, 16, step.prompt_ids, step.prompt_mask)
+        outs.append(s.process_logits(dataclasses.replace(step, marginals=Marginals.canvas(raw.clone(), step.masked))) - raw)
+    n_hat = plain._tilt_parts(Marginals.canvas(raw.clone(), step.masked), step.tokens, step.masked).n_hat  # (B,)
+    c = (n_hat / 16).clamp(max=1.0)
+    live = torch.isfinite(raw) & step.masked[..., None]
+    assert bool((c < 0.99).all()) and bool((outs[0][live].abs() > 1e-4).any())
+    assert torch.allclose(outs[1][live], (outs[0] * c[:, None, None])[live], atol=1e-5)
