@@ -81,6 +81,9 @@ def test_pvalue_is_bonferroni_over_the_channels_and_the_green_key_is_separate():
     out = both.score_ids(ids, valid)
     ps, pg = sketch.score_ids(ids, valid).p_value.double(), green.score_ids(ids, valid).p_value.double()
     assert torch.allclose(out.p_value, torch.clamp(2 * torch.minimum(ps, pg), max=1.0), rtol=1e-12, atol=0)
+    w8 = get_registry().create("scheme", "global-sketch-green", {"sketch": {**SKETCH, "delta": 0.75}, "green": {"delta": 1.5},
+                                                                 "weight": 0.8}, key, V).score_ids(ids, valid).p_value
+    assert torch.allclose(w8, torch.clamp(torch.minimum(ps / 0.8, pg / 0.2), max=1.0), rtol=1e-12, atol=0)
     plain = get_registry().create("scheme", "red-green-dlm", {}, key, V).score_ids(ids, valid).p_value.double()
     assert not torch.allclose(plain, pg)
     thr = both.analytic_threshold(0.01, 48)
@@ -125,11 +128,11 @@ def test_generated_text_is_detected_and_reordering_keeps_the_sketch_channel(tiny
 
 
 def test_coverage_scaled_tilt_is_the_plain_tilt_times_the_read_fraction():
-    """``coverage_scaled``: η_t × min(1, n̂/N), so the tilt (logit shift) is the plain one times that
-    fraction, n̂ the expected number of distinct kept tokens of eq. 5 (:meth:`_tilt_parts`)."""
+    """``coverage_full`` c*: η_t × min(1, c/c*) with c = n̂/N, so the tilt (logit shift) is the plain
+    one times that factor, n̂ the expected number of distinct kept tokens of eq. 5 (:meth:`_tilt_parts`)."""
     reg = get_registry()
     plain = reg.create("scheme", "global-sketch", SKETCH, _key(4), V)
-    cov = reg.create("scheme", "global-sketch", {**SKETCH, "coverage_scaled": True}, _key(4), V)
+    cov = reg.create("scheme", "global-sketch", {**SKETCH, "coverage_full": 1.0}, _key(4), V)
     step = _state(3, 16, seed=11)
     raw = step.marginals.logits.clone()
     outs = []
@@ -137,7 +140,29 @@ def test_coverage_scaled_tilt_is_the_plain_tilt_times_the_read_fraction():
         s.begin(3, 16, step.prompt_ids, step.prompt_mask)
         outs.append(s.process_logits(dataclasses.replace(step, marginals=Marginals.canvas(raw.clone(), step.masked))) - raw)
     n_hat = plain._tilt_parts(Marginals.canvas(raw.clone(), step.masked), step.tokens, step.masked).n_hat  # (B,)
-    c = (n_hat / 16).clamp(max=1.0)
+    c = (n_hat / 16 / 1.0).clamp(max=1.0)
     live = torch.isfinite(raw) & step.masked[..., None]
     assert bool((c < 0.99).all()) and bool((outs[0][live].abs() > 1e-4).any())
     assert torch.allclose(outs[1][live], (outs[0] * c[:, None, None])[live], atol=1e-5)
+
+
+def test_handover_gives_the_green_channel_the_rest_of_the_tilt():
+    """With the sketch's ``coverage_full`` c* set: combined − l = (sketch's tilt, × min(1, c/c*)) +
+    (1 − min(1, c/c*)) × (red-green-dlm's tilt), per text, c = n̂/N of the step."""
+    reg = get_registry()
+    key = _key(6)
+    sk = {**SKETCH, "delta": 0.75, "coverage_full": 1.0}
+    both = reg.create("scheme", "global-sketch-green", {"sketch": sk, "green": {"delta": 1.5}}, key, V)
+    sketch = reg.create("scheme", "global-sketch", sk, key, V)
+    green = reg.create("scheme", "red-green-dlm", {"delta": 1.5}, key.subkey(GREEN_DOMAIN), V)
+    step = _state(3, 12, seed=8)
+    raw = step.marginals.logits.clone()
+    outs = []
+    for s in (both, sketch, green):
+        s.begin(3, 12, step.prompt_ids, step.prompt_mask)
+        outs.append(s.process_logits(dataclasses.replace(step, marginals=Marginals.canvas(raw.clone(), step.masked))) - raw)
+    c = (sketch.coverage / 1.0).clamp(max=1.0)  # (B,)
+    assert bool((c < 0.99).all()) and bool((c > 0.01).all())
+    live = torch.isfinite(raw) & step.masked[..., None]
+    want = outs[1] + (1.0 - c)[:, None, None] * outs[2]
+    assert torch.allclose(outs[0][live], want[live], atol=1e-5)

@@ -320,12 +320,13 @@ class GlobalSketchParams(StrictModel):
         greedy_margin: m, in nats: the argmax tilt may only pick a token whose log-probability is within
             m of the model's argmax (p ≥ e^{−m}·p_max), so it overturns only near-ties and each
             committed token keeps at least e^{−m} of the top token's probability. None: no bound.
-        coverage_scaled: η_t is also multiplied by c = min(1, n̂/N), the expected fraction of the N
-            generated positions that the presence statistic reads (distinct kept tokens, n̂ of eq. 5):
-            the sketch spends its tilt in proportion to how much of the text it can read, so on
-            repetitive or frequent-word text (small c) it tilts less. Off by default; the
-            two-channel ``global-sketch-green`` turns it on and gives the rest of its tilt to the
-            green channel.
+        coverage_full: c* in (0, 1], or None (default: off). η_t is also multiplied by
+            min(1, c/c*), c = n̂/N the expected fraction of the N generated positions that the presence
+            statistic reads (distinct kept tokens, n̂ of eq. 5): below the coverage c* the sketch
+            spends its tilt in proportion to how much of the text it can read, so on repetitive or
+            frequent-word text it tilts less. The two-channel ``global-sketch-green`` hands the rest
+            of the tilt, 1 − min(1, c/c*), to its green channel. The last step's c per text is kept
+            in :attr:`GlobalSketchScheme.coverage`.
     """
 
     sketch: ComponentSpec = ComponentSpec(
@@ -345,7 +346,7 @@ class GlobalSketchParams(StrictModel):
     order: Literal["auto", "steer", "off"] = "auto"
     greedy_tilt: float = Field(4.0, ge=0)
     greedy_margin: Annotated[float, Field(gt=0)] | None = 4.0
-    coverage_scaled: bool = False
+    coverage_full: Annotated[float, Field(gt=0, le=1)] | None = None
 
 
 @dataclass
@@ -515,6 +516,8 @@ class GlobalSketchScheme(WatermarkScheme):
         self.score_fn = reg.build("score", p.score.name, p.score.params, ctx.replace(sketch=self.sketch))
         self.u = self.directions(torch.tensor([p.direction_index]))[0]  # (D,)
         self._n_total: int | None = None
+        #: (B,) float32 c = n̂/N of the last tilted step (``coverage_full``), None before the first
+        self.coverage: torch.Tensor | None = None
         presence = getattr(self.sketch, "counting", "count") in ("presence", "capped")
         self.null = ("background" if presence else "key-randomised") if p.null == "auto" else p.null
         if self.null == "background" and not presence:
@@ -810,8 +813,9 @@ class GlobalSketchScheme(WatermarkScheme):
             return step.marginals.target_logits()
         with serial_on_cpu(parts.factor.device):
             eta = s * parts.n_hat.sqrt()  # (B,) η_t
-            if self.params.coverage_scaled:  # × min(1, n̂/N)
-                eta = eta * (parts.n_hat / max(1, step.tokens.shape[1])).clamp(max=1.0)
+            self.coverage = parts.n_hat / max(1, step.tokens.shape[1])  # (B,) c = n̂/N
+            if self.params.coverage_full is not None:  # × min(1, c/c*)
+                eta = eta * (self.coverage / self.params.coverage_full).clamp(max=1.0)
         marginals = step.marginals
         if near_tie is not None:  # the argmax tilt within the margin: other tokens cannot win
             eos = self.stop_token_id  # the greedy decision to stop stays the model's: EOS where it is the argmax

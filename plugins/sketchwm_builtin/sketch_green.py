@@ -28,10 +28,11 @@ so a text this scheme marks is also scored by ``global-sketch``.
 Detection. Two p-values of the same text: p_s, the sketch's fixed-key background null
 (:meth:`GlobalSketchScheme.score_ids`, valid for the key held), and p_g, the exact binomial test on
 the green count of distinct (context hash, token) pairs (:class:`ContextGreenListScheme`), combined
-by Bonferroni: p = min(1, 2·min(p_s, p_g)). P(p ≤ α) ≤ P(p_s ≤ α/2) + P(p_g ≤ α/2) ≤ α on text
-written without the key whenever each channel's own p-value is valid, whatever their dependence.
-Reordering the tokens destroys the green channel's contexts but not the sketch, so a reordered text
-is still detected at level α/2 by the sketch alone; flooding one token adds one distinct pair to
+by weighted Bonferroni: p = min(1, p_s/w, p_g/(1 − w)) with a fixed weight w (``weight``).
+P(p ≤ α) ≤ P(p_s ≤ wα) + P(p_g ≤ (1 − w)α) ≤ α on text written without the key whenever each
+channel's own p-value is valid, whatever their dependence. Reordering the tokens destroys the green
+channel's contexts but not the sketch, so a reordered text is still detected at level wα by the
+sketch alone; flooding one token adds one distinct pair to
 the green count and nothing to the sketch beyond one token. ``score`` = Φ⁻¹(1 − p) (so
 ``score ≥ Φ⁻¹(1 − α)`` ⇔ ``p ≤ α``), ``z`` the z of the channel with the smaller p-value.
 
@@ -79,25 +80,43 @@ class SketchGreenParams(StrictModel):
     split that wins one regime loses the other (docs/statistics.md, "Two channels").
         scale: s ≥ 0, the strength knob: multiplies both channels' strengths (the sketch's δ and
             δ_g), so a sweep of s moves along one ray of the two-strength plane.
+        handover: when the sketch channel's ``coverage_full`` c* is set, the green channel's
+            strength per text is δ_g·(1 − min(1, c/c*)) (c = n̂/N the sketch's coverage at the step,
+            :attr:`GlobalSketchScheme.coverage`): the channels share one tilt, the sketch taking
+            min(1, c/c*) of it and the green lists the rest. False: δ_g at every step.
+        weight: w, the sketch channel's share of α in the weighted Bonferroni p-value
+            min(1, p_s/w, p_g/(1 − w)) (:func:`combine_bonferroni`); fixed, so the level holds.
         min_tokens: shortest text the detector accepts (tokens of text).
     """
 
     sketch: GlobalSketchParams = GlobalSketchParams(delta=0.25)
     green: RedGreenDLMParams = RedGreenDLMParams(delta=2.0)
     scale: float = Field(1.0, ge=0)
+    handover: bool = True
+    weight: float = Field(0.5, gt=0, lt=1)
     min_tokens: int = Field(16, ge=1)
 
 
-def combine_bonferroni(p_sketch: torch.Tensor, p_green: torch.Tensor) -> torch.Tensor:
-    """p = min(1, 2·min(p_s, p_g)) (Bonferroni over two tests; valid under any dependence).
+def combine_bonferroni(p_sketch: torch.Tensor, p_green: torch.Tensor, weight: float = 0.5) -> torch.Tensor:
+    """Weighted Bonferroni over two tests: p = min(1, p_s/w, p_g/(1 − w)), w = ``weight``.
+
+    P(p ≤ α) ≤ P(p_s ≤ wα) + P(p_g ≤ (1 − w)α) ≤ α when each p-value is valid, under any dependence
+    between them (the weighted Bonferroni test, e.g. Genovese, Roeder & Wasserman 2006). w = ½ is
+    the plain Bonferroni bound 2·min(p_s, p_g).
 
     Args:
         p_sketch, p_green: (B,) float64 p-values (NaN stays NaN).
+        weight: w in (0, 1), the share of α given to the sketch channel.
 
     Returns:
         (B,) float64.
+
+    Raises:
+        ValueError: w outside (0, 1).
     """
-    return torch.clamp(2.0 * torch.minimum(p_sketch.double(), p_green.double()), max=1.0)
+    if not 0.0 < weight < 1.0:
+        raise ValueError(f"weight must lie in (0, 1), got {weight}")
+    return torch.clamp(torch.minimum(p_sketch.double() / weight, p_green.double() / (1.0 - weight)), max=1.0)
 
 
 class SketchGreenScheme(WatermarkScheme):
@@ -172,9 +191,14 @@ class SketchGreenScheme(WatermarkScheme):
             t, grad = self.green_channel.candidate_gradient(step)  # (B, G, k) each, untilted marginals
             m = step.marginals
             green = (m.at_targets(t), strength * m.at_targets(grad))  # (B, K, k) each
+        self.sketch_channel.coverage = None
         logits = self.sketch_channel.process_logits(step)  # (B, K, V)
         if green is not None:
-            logits.scatter_add_(-1, green[0], green[1].to(logits.dtype))
+            idx, val = green
+            c, full = self.sketch_channel.coverage, self.sketch_channel.params.coverage_full
+            if self.params.handover and full is not None and c is not None:  # the green share 1 − min(1, c/c*)
+                val = val * (1.0 - (c / full).clamp(max=1.0)).to(val.dtype)[:, None, None]
+            logits.scatter_add_(-1, idx, val.to(logits.dtype))
         return logits
 
     # ------------------------------------------------------------------ detection
@@ -195,12 +219,14 @@ class SketchGreenScheme(WatermarkScheme):
         """
         s, g = self.channel_scores(ids, valid)
         p_s, p_g = s.p_value.double().cpu(), g.p_value.double().cpu()
-        pv = combine_bonferroni(p_s, p_g)
+        pv = combine_bonferroni(p_s, p_g, self.params.weight)
         from scipy.special import ndtri
 
         score = torch.from_numpy(-ndtri(np.clip(pv.numpy(), 1e-300, 1.0)))  # Φ⁻¹(1 − p)
         z = torch.where(p_s <= p_g, s.z.double().cpu(), g.z.double().cpu())
-        how = f"Bonferroni over two channels: sketch [{s.p_value_method}] and green [{g.p_value_method}]"
+        w = self.params.weight
+        how = (f"weighted Bonferroni over two channels (w = {w:g}): sketch [{s.p_value_method}] and green "
+               f"[{g.p_value_method}]")
         return SchemeScores(score, z, pv, s.n_scored.cpu(), how)
 
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
