@@ -166,3 +166,20 @@ def test_handover_gives_the_green_channel_the_rest_of_the_tilt():
     live = torch.isfinite(raw) & step.masked[..., None]
     want = outs[1] + (1.0 - c)[:, None, None] * outs[2]
     assert torch.allclose(outs[0][live], want[live], atol=1e-5)
+
+
+def test_committed_coverage_counts_distinct_kept_committed_tokens():
+    """``coverage_source: committed``: c = distinct kept tokens among the committed generated tokens
+    over their number, per text; the expected n̂/N where fewer than 8 are committed."""
+    sk = get_registry().create("scheme", "global-sketch", {**SKETCH, "coverage_full": 0.5, "coverage_source": "committed"},
+                               _key(7), V)
+    g = torch.Generator().manual_seed(3)
+    tokens = torch.randint(5, 40, (4, 20), generator=g)  # repeats: few distinct
+    masked = torch.rand((4, 20), generator=g) < 0.4
+    masked[3, 5:] = True  # text 3: 5 committed tokens, below 8
+    expected = torch.tensor([0.11, 0.22, 0.33, 0.44])
+    got = sk._committed_coverage(tokens, masked, expected)
+    for b in range(3):
+        committed = tokens[b][~masked[b]].tolist()
+        assert abs(float(got[b]) - len(set(committed)) / len(committed)) < 1e-6
+    assert abs(float(got[3]) - 0.44) < 1e-6

@@ -327,6 +327,11 @@ class GlobalSketchParams(StrictModel):
             frequent-word text it tilts less. The two-channel ``global-sketch-green`` hands the rest
             of the tilt, 1 − min(1, c/c*), to its green channel. The last step's c per text is kept
             in :attr:`GlobalSketchScheme.coverage`.
+        coverage_source: how c is read. ``expected`` (default): n̂/N from the masked marginals
+            (eq. 5). ``committed``: the committed text's own coverage, distinct kept tokens among
+            the committed generated tokens over their number (the expected n̂/N until 8 are
+            committed): what the text turns out to be rather than what the first steps' untempered
+            marginals predict.
     """
 
     sketch: ComponentSpec = ComponentSpec(
@@ -347,6 +352,7 @@ class GlobalSketchParams(StrictModel):
     greedy_tilt: float = Field(4.0, ge=0)
     greedy_margin: Annotated[float, Field(gt=0)] | None = 4.0
     coverage_full: Annotated[float, Field(gt=0, le=1)] | None = None
+    coverage_source: Literal["expected", "committed"] = "expected"
 
 
 @dataclass
@@ -814,6 +820,8 @@ class GlobalSketchScheme(WatermarkScheme):
         with serial_on_cpu(parts.factor.device):
             eta = s * parts.n_hat.sqrt()  # (B,) η_t
             self.coverage = parts.n_hat / max(1, step.tokens.shape[1])  # (B,) c = n̂/N
+            if self.params.coverage_source == "committed":
+                self.coverage = self._committed_coverage(step.tokens, step.masked, self.coverage)
             if self.params.coverage_full is not None:  # × min(1, c/c*)
                 eta = eta * (self.coverage / self.params.coverage_full).clamp(max=1.0)
         marginals = step.marginals
@@ -825,6 +833,16 @@ class GlobalSketchScheme(WatermarkScheme):
                 logits[..., eos] = torch.where(stops, logits.amax(-1) + 1.0, float("-inf"))
             return logits
         return self._tilt(marginals, parts, eta)
+
+    def _committed_coverage(self, tokens: torch.Tensor, masked: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
+        """Distinct kept tokens among the committed generated tokens over their number: tokens (B, N)
+        int64, masked (B, N) bool, expected (B,) float32 (used where fewer than 8 are committed) → (B,)."""
+        with serial_on_cpu(tokens.device):
+            frozen = self.sketch.counts(tokens.clamp(0, self.vocab_size - 1), ~masked)  # (B, V)
+            keep = self.sketch.keep_table()[None, : self.vocab_size].to(frozen.device)  # (1, V)
+            distinct = ((frozen > 0).float() * keep).sum(1)  # (B,)
+            n = (~masked).sum(1).to(distinct.dtype)  # (B,)
+            return torch.where(n >= 8, distinct / n.clamp_min(1.0), expected.to(distinct.dtype))
 
     def _tilt(self, marginals: Marginals, parts: "_TiltParts", eta: torch.Tensor) -> torch.Tensor:
         """The tilted target rows of :meth:`process_logits` (B, K, V) float32 (η (B,) float32), EOS kept."""
