@@ -286,3 +286,21 @@ def test_c_flattening_equals_the_python_path(monkeypatch):
         monkeypatch.setattr(batching, "_flatten_into", None)
         slow, lengths2 = batching.flatten_ids(lists)
         assert sum(map(len, lists)) >= 2**16 and np.array_equal(fast, slow) and np.array_equal(lengths, lengths2), odd
+
+
+def test_ids_summary_range_holds_every_valid_id():
+    """``ids_summary``: the exact valid range when padding lies outside it (masked reduction), the whole
+    batch's range when it all lies in [0, V) and V is given (a range holding every valid id), so the
+    range check against [0, V) decides the same either way."""
+    import torch
+
+    from sketchwm.components import ids_summary
+
+    ids = torch.tensor([[3, 9, 200], [1, 2, 7]])
+    valid = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.bool)
+    assert ids_summary(ids, valid)[1:] == (1, 9)
+    assert ids_summary(ids, valid, 100)[1:] == (1, 9)  # padding 200 outside [0, 100): masked pass
+    assert ids_summary(ids, valid, 300)[1:] == (1, 200)  # all inside [0, 300): the whole range
+    assert ids_summary(torch.tensor([[-5, 4, 2]]), torch.tensor([[0, 1, 1]], dtype=torch.bool), 10)[1:] == (2, 4)
+    assert ids_summary(ids.float(), valid)[1:] == (1, 9)
+    assert ids_summary(ids, valid)[0].tolist() == [2, 1]

@@ -52,7 +52,7 @@ def ids_summary(ids: torch.Tensor, valid: torch.Tensor | None = None,
             return torch.from_numpy(lengths), lo, hi
         if not lengths.any():
             return torch.from_numpy(lengths), 0, 0
-        info = np.iinfo(ids_np.dtype)
+        info = np.iinfo(ids_np.dtype) if ids_np.dtype.kind in "iu" else np.finfo(ids_np.dtype)
         return (torch.from_numpy(lengths), int(ids_np.min(where=valid_np, initial=info.max)),
                 int(ids_np.max(where=valid_np, initial=info.min)))
     valid = torch.ones_like(ids, dtype=torch.bool) if valid is None else valid
