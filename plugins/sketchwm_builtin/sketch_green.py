@@ -31,9 +31,11 @@ the green count of distinct (context hash, token) pairs (:class:`ContextGreenLis
 by weighted Bonferroni: p = min(1, p_s/w, p_g/(1 − w)) with a fixed weight w (``weight``).
 P(p ≤ α) ≤ P(p_s ≤ wα) + P(p_g ≤ (1 − w)α) ≤ α on text written without the key whenever each
 channel's own p-value is valid, whatever their dependence. Reordering the tokens destroys the green
-channel's contexts but not the sketch, so a reordered text is still detected at level wα by the
-sketch alone; flooding one token adds one distinct pair to
-the green count and nothing to the sketch beyond one token. ``score`` = Φ⁻¹(1 − p) (so
+channel's contexts but not the sketch, so a reordered text is still tested at level wα by the
+sketch channel, with only the evidence that channel planted (at the default split, sketch δ 0.25,
+little: reorder-words at s = 0.5 keeps TPR 0.45 at T = 1 where the default keeps 1.0,
+docs/statistics.md). Flooding one token adds a new distinct (context, token) pair at every
+insertion (its neighbours differ), diluting the green count, and one token to the sketch. ``score`` = Φ⁻¹(1 − p) (so
 ``score ≥ Φ⁻¹(1 − α)`` ⇔ ``p ≤ α``), ``z`` the z of the channel with the smaller p-value.
 
 Keys. The sketch channel uses the key itself; the green lists use the subkey
