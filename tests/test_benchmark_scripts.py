@@ -28,3 +28,21 @@ def test_tokens_to_detect_first_detected_prefix(monkeypatch):
     ttd = _load("tokens_to_detect")
     hits = torch.tensor([[False, True, False], [True, True, False], [False, True, False]])  # (L=3, B=3)
     assert ttd.tokens_to_detect(hits, [16, 24, 32]) == [24.0, 16.0, math.inf]
+
+
+def test_kl_temperature_reads_the_kl_of_the_tempered_distributions(monkeypatch):
+    """kl_temperature._kl: zero for an untilted row, the plain KL at τ = 1, and KL(softmax(q/τ) ‖
+    softmax(p/τ)) at τ = 0.5 (checked against a direct computation)."""
+    import torch
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    klt = _load("kl_temperature")
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn((5, 30), generator=g)
+    out = base.clone()
+    out[:, 3] += 2.0  # one sparse shift
+    assert torch.allclose(klt._kl(base, base, 0.5), torch.zeros(5, dtype=torch.float64))
+    for tau in (1.0, 0.5):
+        p, q = torch.softmax(base.double() / tau, -1), torch.softmax(out.double() / tau, -1)
+        assert torch.allclose(klt._kl(base, out, tau), (q * (q.log() - p.log())).sum(-1))
+    assert bool((klt._kl(base, out, 0.5) != klt._kl(base, out, 1.0)).all())
