@@ -137,6 +137,60 @@ def test_packed_and_full_presence_tilt_agree():
     assert torch.allclose(full[0, r, present], logits[0, r, present], atol=1e-6)
 
 
+def test_statistic_objective_gradient_matches_autograd():
+    """``objective: statistic``: a_i(v) = ∂E[T]/∂p_i(v) / √n̂ with E[T] = Σ_v c_k(v) ŵ_v, c_k(v) = ⟨u_k, φ_k(v)⟩,
+    ŵ the exact expected presence (n̂ held fixed: it only sets δ's scale)."""
+    V, G = 25, 10
+    sch = _scheme(V=V, delta=0.5, objective="statistic")
+    g = torch.Generator().manual_seed(5)
+    logits = torch.randn(1, G, V, generator=g)
+    tokens = torch.randint(0, V, (1, G), generator=g)
+    masked = torch.zeros(1, G, dtype=torch.bool)
+    masked[0, :6] = True
+    tokens[masked] = V
+    a = sch.token_gradient(logits.clone(), tokens, masked)  # (1, G, V)
+    probs = torch.softmax(logits.double(), -1).requires_grad_(True)
+    frozen = torch.zeros(V, dtype=torch.float64)
+    frozen.index_add_(0, tokens[0, ~masked[0]], torch.ones(int((~masked).sum()), dtype=torch.float64))
+    absent = torch.prod(torch.where(masked[0, :, None], 1 - probs[0], torch.ones_like(probs[0])), 0)  # (V,)
+    w = torch.where(frozen > 0, torch.ones_like(absent), 1 - absent)
+    c = sch.sketch.project(torch.eye(V)).double() @ sch.u.double()  # (V,) c_k(v)
+    (grad,) = torch.autograd.grad((c * w).sum() / w.sum().detach().sqrt(), probs)
+    assert torch.allclose(a[0, :6].double(), grad[0, :6], atol=1e-4, rtol=1e-3)
+    assert not torch.allclose(a, _scheme(V=V, delta=0.5).token_gradient(logits.clone(), tokens, masked), atol=1e-3)
+
+
+@pytest.mark.parametrize("T", [0.5, 2.0])
+def test_sampled_marginals_tilt_the_tempered_marginal(T):
+    """``marginals: sampled`` at temperature T: the sampler's tilted marginal softmax((l + Δ)/T) equals
+    the ``model`` scheme's eq. 7 tilt of q = softmax(l/T) read at T = 1, i.e. Δ = T·(tilt of l/T);
+    at T = 1 and T = 0 the two options give the same logits."""
+    from sketchwm.components import DenoiseStep, Marginals
+
+    V, G, B = 30, 16, 2
+    sampled, model = _scheme(V=V, delta=0.7, marginals="sampled"), _scheme(V=V, delta=0.7)
+    g = torch.Generator().manual_seed(9)
+    logits = torch.randn(B, G, V, generator=g) * 2
+    tokens = torch.randint(0, V, (B, G), generator=g)
+    masked = torch.rand(B, G, generator=g) < 0.6
+    masked[:, 0] = True
+    tokens[masked] = V
+    common = dict(step=2, total_steps=8, tokens=tokens, masked=masked, prompt_ids=torch.zeros(B, 0, dtype=torch.long),
+                  prompt_mask=torch.zeros(B, 0, dtype=torch.bool), block=(0, G), mask_token_id=V)
+
+    def tilted(sch, lg, temp):
+        return sch.process_logits(DenoiseStep(marginals=Marginals.canvas(lg.clone(), masked), temperature=temp, **common))
+
+    got = tilted(sampled, logits, T) - logits
+    want = T * (tilted(model, logits / T, 1.0) - logits / T)
+    rows = masked[..., None].expand(-1, -1, V)
+    assert bool((got[rows].abs() > 1e-3).any())
+    assert torch.allclose(got[rows], want[rows], atol=1e-4)
+    assert not torch.allclose(got[rows], (tilted(model, logits, T) - logits)[rows], atol=1e-3)  # a different tilt
+    for same in (1.0, 0.0, None):
+        assert torch.allclose(tilted(sampled, logits, same), tilted(model, logits, same), atol=1e-6)
+
+
 def test_background_null_p_values_roughly_uniform_on_model_null():
     """Texts drawn from the background model itself: P(p ≤ α) ≤ α for each fixed key (8 keys ×
     4,000 texts of 60 tokens from a Zipf prior over V = 400, seed 11; margin β = 0). Tolerance: three

@@ -112,7 +112,7 @@ from __future__ import annotations
 import hashlib
 import math
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -332,6 +332,21 @@ class GlobalSketchParams(StrictModel):
             the committed generated tokens over their number (the expected n̂/N until 8 are
             committed): what the text turns out to be rather than what the first steps' untempered
             marginals predict.
+        marginals: which marginals the expected sketch (eq. 5) and its gradient (eq. 6) are taken
+            at, and which one eq. 7 tilts. ``model`` (default): the model's softmax(l), tilted in
+            logit space as l + η a before the sampler divides by its temperature T. ``sampled``:
+            the marginals tokens are drawn from, q = softmax(l/T) (T > 0), tilted as
+            q̃ ∝ q·exp(η a), i.e. l + T·η·a: at T < 1 the expected sketch then reads the sharpened
+            marginals (fewer distinct tokens, the likely ones already present), so the tilt is spent
+            on tokens the sampler can still add. Identical at T = 1, and at T = 0 (greedy, no
+            sampled marginals) and when the caller gives no temperature.
+        objective: what the tilt ascends. ``score`` (default): ½S_k at the expected sketch, the
+            paper's residual r = u_k − λĥ with presence's normaliser n̂ differentiated too (eq. 6
+            and the module doc). ``statistic``: the expected background statistic E[T] = Σ_v c_k(v) ŵ_v,
+            c_k(v) = ⟨u_k, φ_k(v)⟩, that the ``background`` detector thresholds at a fixed length:
+            ∂(½S)/∂ŵ_v is replaced by c_k(v)/√n̂ (no penalty and no normaliser term, so a new
+            distinct token is worth its own weight whatever the text already holds; the 1/√n̂ keeps
+            δ on the scale of ``score``).
     """
 
     sketch: ComponentSpec = ComponentSpec(
@@ -353,6 +368,8 @@ class GlobalSketchParams(StrictModel):
     greedy_margin: Annotated[float, Field(gt=0)] | None = 4.0
     coverage_full: Annotated[float, Field(gt=0, le=1)] | None = None
     coverage_source: Literal["expected", "committed"] = "expected"
+    marginals: Literal["model", "sampled"] = "model"
+    objective: Literal["score", "statistic"] = "score"
 
 
 @dataclass
@@ -686,7 +703,9 @@ class GlobalSketchScheme(WatermarkScheme):
             h_hat = self.sketch.project(w_hat) / root  # (B, D), eq. 5
             r = self.score_fn.residual(self.u, h_hat)  # (B, D), ½∇_h S at ĥ
             t = self.sketch.token_scores(r)  # (B, V) ⟨r, φ(v)⟩
-            if not presence:  # n̂ (N or E[L]) does not depend on the content marginals
+            if self.params.objective == "statistic":  # ∂E[T]/∂ŵ_v = c_k(v), on δ's scale
+                dS_dw = self.sketch.token_scores(self.u[None, :].expand_as(r)) / root
+            elif not presence:  # n̂ (N or E[L]) does not depend on the content marginals
                 dS_dw = t / root
             else:  # ĥ = Φᵀŵ/√n̂, n̂ = Σ_v keep_v ŵ_v: ∂ĥ/∂ŵ_v = (φ(v) − ½ keep_v ĥ/√n̂)/√n̂
                 half_rh = 0.5 * (r * h_hat).sum(1, keepdim=True) / root  # (B, 1)
@@ -798,6 +817,7 @@ class GlobalSketchScheme(WatermarkScheme):
         b0, b1 = step.block
         n_blocks = max(1, step.tokens.shape[1] // max(1, b1 - b0))
         steer = step.temperature is not None and self.steers_order(step.temperature)
+        read, temp = self._read_marginals(step)  # the marginals eq. 5-6 read, and the tilt's factor T
         s = self.params.delta * self.schedule_weight(self.denoising_time(step), step.total_steps // n_blocks)  # (B,)
         near_tie = None  # (B, K, V) bool: the tokens an argmax tilt may pick (greedy_margin)
         if steer and step.temperature == 0.0:  # greedy: the order and an argmax tilt of δ·greedy_tilt
@@ -807,18 +827,18 @@ class GlobalSketchScheme(WatermarkScheme):
                 near_tie = untilted >= untilted.amax(-1, keepdim=True) - self.params.greedy_margin
         self._priority = None
         if not steer and not bool((s > 0).any()):  # no tilt; the running statistic still follows the steps
-            if step.marginals.complete:
-                self._running = _RunningSums.start(step.marginals, step.masked) if step.marginals.incremental_follows else None
+            if read.complete:
+                self._running = _RunningSums.start(read, step.masked) if read.incremental_follows else None
             elif self.stop_token_id is None:
-                self._masked_sums(step.marginals, step.masked)
+                self._masked_sums(read, step.masked)
             return step.marginals.target_logits()
-        parts = self._tilt_parts(step.marginals, step.tokens, step.masked)
+        parts = self._tilt_parts(read, step.tokens, step.masked)
         if steer:  # before the tilt writes the target rows
             self._priority = (step.step, self._priority_table(step.marginals, parts))
         if not bool((s > 0).any()):
             return step.marginals.target_logits()
         with serial_on_cpu(parts.factor.device):
-            eta = s * parts.n_hat.sqrt()  # (B,) η_t
+            eta = s * parts.n_hat.sqrt() * temp  # (B,) η_t (× T on the model's logits: ``marginals='sampled'``)
             self.coverage = parts.n_hat / max(1, step.tokens.shape[1])  # (B,) c = n̂/N
             if self.params.coverage_source == "committed":
                 self.coverage = self._committed_coverage(step.tokens, step.masked, self.coverage)
@@ -833,6 +853,15 @@ class GlobalSketchScheme(WatermarkScheme):
                 logits[..., eos] = torch.where(stops, logits.amax(-1) + 1.0, float("-inf"))
             return logits
         return self._tilt(marginals, parts, eta)
+
+    def _read_marginals(self, step: DenoiseStep) -> tuple[Marginals, float]:
+        """The marginals eq. 5-6 are taken at and the factor on the tilt of the model's logits
+        (``GlobalSketchParams.marginals``): ``step.marginals`` and 1, or, for ``sampled`` at a
+        temperature T ∉ {0, 1}, a copy whose logits (B, R, V) are l/T (no ``out``) and T."""
+        T = step.temperature
+        if self.params.marginals == "model" or T is None or T == 0.0 or T == 1.0:
+            return step.marginals, 1.0
+        return replace(step.marginals, logits=step.marginals.logits / T, out=None), float(T)
 
     def _committed_coverage(self, tokens: torch.Tensor, masked: torch.Tensor, expected: torch.Tensor) -> torch.Tensor:
         """Distinct kept tokens among the committed generated tokens over their number: tokens (B, N)
