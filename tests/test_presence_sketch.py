@@ -84,10 +84,13 @@ def test_expected_presence_matches_monte_carlo():
     assert abs(float(n_hat[0]) - float(nd.mean())) <= 5 * float(nd.std()) / math.sqrt(S)
 
 
-def test_presence_gradient_matches_autograd():
-    """a_i(v) = ½ ∂S(ĥ(p))/∂p_i(v) for the tilted rows, ĥ the exact expected presence sketch."""
+@pytest.mark.parametrize("objective", ["score", "statistic"])
+def test_presence_gradient_matches_autograd(objective):
+    """``score``: a_i(v) = ½ ∂S(ĥ(p))/∂p_i(v) for the tilted rows, ĥ the exact expected presence sketch.
+    ``statistic``: a_i(v) = ∂E[T]/∂p_i(v) / √n̂ with E[T] = Σ_v c_k(v) ŵ_v, c_k(v) = ⟨u_k, φ_k(v)⟩ (n̂
+    held fixed: it only sets δ's scale); the two tilts differ."""
     V, G = 25, 10
-    sch = _scheme(V=V, delta=0.5)
+    sch = _scheme(V=V, delta=0.5, objective=objective)
     g = torch.Generator().manual_seed(4)
     logits = torch.randn(1, G, V, generator=g)
     tokens = torch.randint(0, V, (1, G), generator=g)
@@ -101,11 +104,16 @@ def test_presence_gradient_matches_autograd():
     absent = torch.prod(torch.where(masked[0, :, None], 1 - probs[0], torch.ones_like(probs[0])), 0)  # (V,)
     w = torch.where(frozen > 0, torch.ones_like(absent), 1 - absent)
     Phi = sch.sketch.project(torch.eye(V)).double()  # (V, D)
-    h = (w @ Phi) / w.sum().sqrt()
     u = sch.u.double()
-    S = 2 * (u * h).sum() - sch.score_fn.lam * (h * h).sum()
-    (grad,) = torch.autograd.grad(0.5 * S, probs)
+    if objective == "score":
+        h = (w @ Phi) / w.sum().sqrt()
+        target = 0.5 * (2 * (u * h).sum() - sch.score_fn.lam * (h * h).sum())
+    else:
+        target = ((Phi @ u) * w).sum() / w.sum().detach().sqrt()
+    (grad,) = torch.autograd.grad(target, probs)
     assert torch.allclose(a[0, :6].double(), grad[0, :6], atol=1e-4, rtol=1e-3)
+    other = _scheme(V=V, delta=0.5, objective="statistic" if objective == "score" else "score")
+    assert not torch.allclose(a, other.token_gradient(logits.clone(), tokens, masked), atol=1e-3)
 
 
 def test_packed_and_full_presence_tilt_agree():
@@ -135,29 +143,6 @@ def test_packed_and_full_presence_tilt_agree():
     present = tokens[0, ~masked[0]]
     r = int(mpos[0, 0])
     assert torch.allclose(full[0, r, present], logits[0, r, present], atol=1e-6)
-
-
-def test_statistic_objective_gradient_matches_autograd():
-    """``objective: statistic``: a_i(v) = ∂E[T]/∂p_i(v) / √n̂ with E[T] = Σ_v c_k(v) ŵ_v, c_k(v) = ⟨u_k, φ_k(v)⟩,
-    ŵ the exact expected presence (n̂ held fixed: it only sets δ's scale)."""
-    V, G = 25, 10
-    sch = _scheme(V=V, delta=0.5, objective="statistic")
-    g = torch.Generator().manual_seed(5)
-    logits = torch.randn(1, G, V, generator=g)
-    tokens = torch.randint(0, V, (1, G), generator=g)
-    masked = torch.zeros(1, G, dtype=torch.bool)
-    masked[0, :6] = True
-    tokens[masked] = V
-    a = sch.token_gradient(logits.clone(), tokens, masked)  # (1, G, V)
-    probs = torch.softmax(logits.double(), -1).requires_grad_(True)
-    frozen = torch.zeros(V, dtype=torch.float64)
-    frozen.index_add_(0, tokens[0, ~masked[0]], torch.ones(int((~masked).sum()), dtype=torch.float64))
-    absent = torch.prod(torch.where(masked[0, :, None], 1 - probs[0], torch.ones_like(probs[0])), 0)  # (V,)
-    w = torch.where(frozen > 0, torch.ones_like(absent), 1 - absent)
-    c = sch.sketch.project(torch.eye(V)).double() @ sch.u.double()  # (V,) c_k(v)
-    (grad,) = torch.autograd.grad((c * w).sum() / w.sum().detach().sqrt(), probs)
-    assert torch.allclose(a[0, :6].double(), grad[0, :6], atol=1e-4, rtol=1e-3)
-    assert not torch.allclose(a, _scheme(V=V, delta=0.5).token_gradient(logits.clone(), tokens, masked), atol=1e-3)
 
 
 @pytest.mark.parametrize("T", [0.5, 2.0])
