@@ -49,6 +49,8 @@ PATHS: dict[str, dict] = {
     "entropy-blocks-refresh-block-all": {"remasking": "entropy", "block_length": 8, "marginal_refresh": "block-all"},
     "entropy-top-p": {"remasking": "entropy", "top_p": 0.9},
     "greedy-low-confidence": {"remasking": "low_confidence", "temperature": 0.0},
+    # a temperature below 1: the sharpened marginals (global-sketch marginals="sampled", the two-channel handover)
+    "low-confidence-blocks-t0.5": {"remasking": "low_confidence", "block_length": 16, "temperature": 0.5},
     # a backend whose texts stop (EOS after ~20 tokens): the EOS-weighted expected sketch of the
     # global sketch, and every scheme's handling of a stop token
     "stop-random": {"stopping": True},
@@ -59,7 +61,8 @@ PATHS: dict[str, dict] = {
 PARAMS: dict[str, dict] = {
     "global-sketch": {"prior": {"source": "uniform"}},
     "global-sketch-family": {"member": {"prior": {"source": "uniform"}}},
-    "global-sketch-green": {"sketch": {"prior": {"source": "uniform"}}},
+    "global-sketch-green": {"sketch": {"prior": {"source": "uniform"}, "delta": 0.75, "coverage_full": 0.25,
+                                       "marginals": "sampled"}},  # its default sketch channel, uniform prior
     "kth-exp-edit": {"key_len": 32, "n_permutations": 99},
 }
 SCHEMES = [None] + get_registry().names("scheme")

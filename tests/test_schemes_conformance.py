@@ -35,7 +35,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 TEST_PARAMS: dict[str, dict] = {
     "global-sketch": {"prior": {"source": "uniform"}},  # no packaged counts for the tiny vocabulary
     "global-sketch-family": {"member": {"prior": {"source": "uniform"}}},
-    "global-sketch-green": {"sketch": {"prior": {"source": "uniform"}}},
+    "global-sketch-green": {"sketch": {"prior": {"source": "uniform"}, "delta": 0.75, "coverage_full": 0.25,
+                                       "marginals": "sampled"}},  # its default sketch channel, uniform prior
     "kth-exp-edit": {"key_len": 32, "n_permutations": 99},  # p-value resolution 0.01; short key: fast DP
 }
 #: Bound on the median watermarked p-value (64 tokens, default strength).

@@ -339,14 +339,21 @@ class GlobalSketchParams(StrictModel):
             q̃ ∝ q·exp(η a), i.e. l + T·η·a: at T < 1 the expected sketch then reads the sharpened
             marginals (fewer distinct tokens, the likely ones already present), so the tilt is spent
             on tokens the sampler can still add. Identical at T = 1, and at T = 0 (greedy, no
-            sampled marginals) and when the caller gives no temperature.
+            sampled marginals) and when the caller gives no temperature. Measured on its own at
+            T = 0.5 (development split, 24 ``human`` passages × 64 tokens, LLaDA blocks): δ 1 / 1.5 / 2
+            gave KL 0.21 / 0.45 / 0.78 nats per token and TPR at 1% FPR 0.00 / 0.08 / 0.29, where
+            ``model`` gave 0.00 / 0.12 / 0.46 at KL 0.20 / 0.48 / 0.91: no better (the sketch has few
+            distinct tokens to read there either way). Its use is the coverage n̂/N it reads,
+            which drives ``global-sketch-green``'s handover.
         objective: what the tilt ascends. ``score`` (default): ½S_k at the expected sketch, the
             paper's residual r = u_k − λĥ with presence's normaliser n̂ differentiated too (eq. 6
             and the module doc). ``statistic``: the expected background statistic E[T] = Σ_v c_k(v) ŵ_v,
             c_k(v) = ⟨u_k, φ_k(v)⟩, that the ``background`` detector thresholds at a fixed length:
             ∂(½S)/∂ŵ_v is replaced by c_k(v)/√n̂ (no penalty and no normaliser term, so a new
             distinct token is worth its own weight whatever the text already holds; the 1/√n̂ keeps
-            δ on the scale of ``score``).
+            δ on the scale of ``score``). Measured on the same development split: T = 1 TPR 0.26 /
+            0.47 / 0.90 at KL 0.05 / 0.1 / 0.2 against ``score``'s 0.26 / 0.48 / 0.92; T = 0.5 0.00 at
+            every KL ≤ 0.2 for both: no better, so not the default.
     """
 
     sketch: ComponentSpec = ComponentSpec(
