@@ -11,7 +11,9 @@ import types
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from sketchwm.bench.config import REGIMES, BenchConfig, load_config, resolve_config
 from sketchwm.bench.leaderboard import build_leaderboard
@@ -186,6 +188,47 @@ def test_matched_section_and_pareto_points(swept):
     assert 'id="matched-quality"' in page
     for regime in ("mdlm-random-t1", "llada-greedy"):
         assert f'id="pareto-{regime}"' in page
+
+
+def test_kl_axis_is_the_sampled_distribution_where_every_point_records_it(swept):
+    """Results carry both KLs per text; the tables read ``kl_sampled`` (after the temperature) where every
+    tilting point of the regime has it (equal to ``kl`` at T = 1), else ``kl`` (before it), and say which."""
+    from sketchwm.bench.matched import curves
+
+    df = read_results(swept)
+    clean = df[(df["row_type"] == "text") & (df["cell_kind"] == "clean") & (df["regime"] == "mdlm-random-t1")]
+    tilt = clean[clean["curve"] == "acme-mark"]
+    assert tilt["kl"].gt(0).all() and np.allclose(tilt["kl_sampled"].astype(float), tilt["kl"].astype(float))  # T = 1: the same distribution
+    got = {c.name: c for c in curves(df) if c.regime == "mdlm-random-t1"}
+    assert got["acme-mark"].kl_axis == "sampled"
+    old = df.copy()
+    old.loc[old.index[(old["curve"] == "acme-mark") & (old["row_type"] == "text")][:1], "kl_sampled"] = np.nan
+    old.loc[old["scheme"] == "acme-mark[delta=2]", "kl_sampled"] = np.nan  # one point written before the column
+    assert {c.kl_axis for c in curves(old) if c.regime == "mdlm-random-t1"} == {"model"}
+    md = (swept / "board" / "leaderboard.md").read_text()
+    assert "KL/token of the distribution tokens are drawn from (after the sampler's temperature)" in md
+
+
+def test_kl_recorder_reads_the_tempered_distribution():
+    """The recorder's sampled KL is KL(softmax(l̃/T)‖softmax(l/T)); at T = 1 it is the model's KL."""
+    from sketchwm.bench.runner import _kl_recorder
+    from sketchwm.components import Marginals
+
+    g = torch.Generator().manual_seed(0)
+    logits, tilt = torch.randn(2, 5, 11, generator=g) * 2, torch.randn(2, 5, 11, generator=g)
+    masked = torch.ones(2, 5, dtype=torch.bool)
+
+    def kl(a, b):
+        la, lb = torch.log_softmax(a.double(), -1), torch.log_softmax(b.double(), -1)
+        return (lb.exp() * (lb - la)).sum(-1).reshape(-1)
+
+    for T in (0.5, 1.0):
+        model, sampled = [], []
+        rec = _kl_recorder(lambda step: step.marginals.target_logits() + tilt, model, sampled_sink=sampled)
+        rec(types.SimpleNamespace(marginals=Marginals.canvas(logits.clone(), masked), temperature=T))
+        assert torch.allclose(model[0], kl(logits, logits + tilt))
+        assert torch.allclose(sampled[0], kl(logits / T, (logits + tilt) / T))
+        assert (T == 1.0) == torch.allclose(sampled[0], model[0])
 
 
 # ------------------------------------------------------------------ the matched rules on hand-made curves

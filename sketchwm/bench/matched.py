@@ -20,6 +20,13 @@ Three matched rules, each stated on the page:
   s* linearly interpolated in the knob between adjacent settings; every other figure
   interpolated at s* the same way.
 
+The KL axis. ``kl`` of a point is the KL of the distributions tokens are drawn from,
+softmax(l̃/T) against softmax(l/T) at the regime's temperature T (the ``kl_sampled`` column of the
+results), when every point of every curve of the regime has it; otherwise (results written before
+that column) the KL of the model's marginals, softmax(l̃) against softmax(l), before the temperature
+(the ``kl`` column). The two agree at T = 1. :attr:`Curve.kl_axis` says which (``sampled`` or
+``model``); both stay in ``kl_sampled`` / ``kl_model``.
+
 A difference is a *tie* when the two 95% intervals overlap; the winner of a column is the best
 point estimate together with every scheme tied with it.
 """
@@ -129,7 +136,8 @@ class Curve:
     """A scheme entry's sweep in one regime: ``name`` (the entry's label), the scheme's ``knob`` ("" for
     none), its points from the weakest setting to the strongest (the knob's declared direction), the
     detector's minimum length ``min_tokens`` and the tokens-to-detect grid step ``tokens_step`` (None
-    when the results do not say)."""
+    when the results do not say), and which KL ``kl`` is (``kl_axis``: ``sampled``, after the sampler's
+    temperature, or ``model``, before it; module doc)."""
 
     regime: str
     name: str
@@ -137,6 +145,7 @@ class Curve:
     points: list[Point]
     min_tokens: int | None = None
     tokens_step: int | None = None
+    kl_axis: str = "model"
 
     @property
     def swept(self) -> bool:
@@ -202,7 +211,9 @@ def curves(df: pd.DataFrame) -> list[Curve]:
             keys = h["key_index"].to_numpy()
             st: dict[str, Estimate] = {}
             st["tpr"] = estimate(_col(h, "detected"), keys)
-            st["kl"] = estimate(_col(h, "kl"), keys)
+            st["kl_model"] = st["kl"] = estimate(_col(h, "kl"), keys)
+            if "kl_sampled" in h and h["kl_sampled"].notna().any():
+                st["kl_sampled"] = estimate(_col(h, "kl_sampled"), keys)
             st["ttd"] = estimate(_col(h, "tokens_to_detect"), keys, "median")
             st["logppl"] = estimate(np.log(_col(h, "ppl")), keys)
             d = div[(div["regime"] == regime) & (div["scheme"] == label)]
@@ -221,6 +232,14 @@ def curves(df: pd.DataFrame) -> list[Curve]:
         step = pd.to_numeric(g["tokens_step"], errors="coerce").max() if "tokens_step" in g else np.nan
         out.append(Curve(str(regime), str(curve), str(g["knob"].iloc[0] or ""), pts,
                          int(mt) if pd.notna(mt) else None, int(step) if pd.notna(step) else None))
+    for regime in dict.fromkeys(c.regime for c in out):  # one KL axis per regime (module doc)
+        rc = [c for c in out if c.regime == regime]
+        measured = [p for c in rc for p in c.points if p.get("kl_model").ok]  # points with a KL at all
+        if measured and all(p.get("kl_sampled").ok for p in measured):
+            for c in rc:
+                c.kl_axis = "sampled"
+                for p in c.points:
+                    p.stats["kl"] = p.stats["kl_sampled"]
     return out
 
 

@@ -39,10 +39,13 @@ AXES = {
     "TPR at 1% FPR": "fraction of watermarked texts scoring at or above the one decision rule's threshold "
                      "(conformal on unwatermarked texts of the same model, length and regime); it says nothing "
                      "about how much the text changed and saturates at 1 on long texts.",
-    "KL/token": "mean KL(p̃‖p) in nats between the tilted and the model's marginal at every sampled row, the "
+    "KL/token": "mean KL(p̃‖p) in nats between the tilted and the untilted distribution at every sampled row, the "
                 "distortion a tilting scheme pays; it reads 0 for keyed-noise schemes (AAR, KTH) whose cost "
-                "shows instead as lost diversity across samples, and it is measured before the sampler's "
-                "temperature (at T = 0 the sampled path moves only where the tilt flips the argmax).",
+                "shows instead as lost diversity across samples. Each regime says which distribution: the one "
+                "tokens are drawn from, after the sampler's temperature (results that record it), or the model's "
+                "marginal before it (older results). They agree at T = 1; at T = 0.5 they rank the tilts "
+                "differently (benchmarks/kl_temperature.py). At T = 0 the model's marginal is used (the sampled "
+                "path moves only where the tilt flips the argmax).",
     "tokens-to-detect": "median prefix length at which p <= 0.01 first holds, on a grid of `tokens_step` tokens "
                         "and never below the detector's minimum length; `inf` means most texts never reach it, and a "
                         "value equal to the minimum length is a floor, not a measurement.",
@@ -55,6 +58,11 @@ AXES = {
                                 "a keyed scheme makes every sample alike, and also when each sample repeats itself "
                                 "(read it beside distinct-2).",
 }
+
+
+#: the KL axis of a regime's tables, as the page states it (:attr:`sketchwm.bench.matched.Curve.kl_axis`)
+KL_AXES = {"sampled": "KL/token of the distribution tokens are drawn from (after the sampler's temperature)",
+           "model": "KL/token of the model's marginals (before the sampler's temperature)"}
 
 
 _NOTES = {
@@ -282,6 +290,8 @@ def matched_section(df: pd.DataFrame, colours: dict[str, str], regime_info: dict
         desc = (regime_info or {}).get(regime, "")
         title = f"Regime `{regime}`" + (f": {desc}" if desc else "")
         ref_txt = ", ".join(f"unwatermarked {k} {_fmt_est(v, sd=False)}" for k, v in ref.items())
+        axis = KL_AXES["sampled" if all(c.kl_axis == "sampled" for c in rc) else "model"]
+        ref_txt = f"{ref_txt}; {axis}" if ref_txt else axis
         md += [f"### {title}", ""] + ([f"_{ref_txt}_", ""] if ref_txt else [])
         hs.append(f'<h3 id="matched-{_slug(regime)}">{e(title.replace("`", ""))}</h3>'
                   + (f'<p class="meta">{e(ref_txt)}</p>' if ref_txt else ""))

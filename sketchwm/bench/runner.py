@@ -153,13 +153,15 @@ class RunContext:
     # ------------------------------------------------------------------ generation and scoring
     def generate(self, b: int, length: int, prompts: Sequence[str], scheme: Any, seed: int,
                  kl: list[torch.Tensor] | None = None, regime: int = 0,
-                 kl_text: list[torch.Tensor] | None = None) -> tuple[list[str], float]:
+                 kl_text: list[torch.Tensor] | None = None,
+                 kl_sampled: list[torch.Tensor] | None = None) -> tuple[list[str], float]:
         """Texts for ``prompts`` (watermarked by ``scheme`` unless None) in regime ``regime`` and the
         wall seconds it took.
 
         With ``kl`` (a list), the per-token KL(p̃‖p) of every sampled row is appended to it (see
         :func:`_kl_recorder`); with ``kl_text`` too, the index of each row's text in ``prompts``
-        (int64, one tensor per step).
+        (int64, one tensor per step); with ``kl_sampled``, the KL of the distributions tokens are drawn
+        from, after the sampler's temperature.
         """
         from ..engine import MaskedDiffusionSampler
 
@@ -168,7 +170,8 @@ class RunContext:
         gen = torch.Generator(device=be.device).manual_seed(seed % 2**62)
         offset = [0]
         if kl is not None and scheme is not None:
-            scheme.process_logits = _kl_recorder(type(scheme).process_logits.__get__(scheme), kl, kl_text, offset)
+            scheme.process_logits = _kl_recorder(type(scheme).process_logits.__get__(scheme), kl, kl_text, offset,
+                                                 kl_sampled)
         t0 = time.perf_counter()
         texts: list[str] = []
         bs = self.cfg.batch_size
@@ -289,21 +292,25 @@ class RunContext:
             pr = self.prompts(unit.prompt_set)
             kl: list[torch.Tensor] | None = [] if self.cfg.kl else None
             kl_text: list[torch.Tensor] = []
+            kl_sampled: list[torch.Tensor] = []
             wm, secs = self.generate(unit.backend, unit.length, pr["eval"], self.scheme(unit),
-                                     _seed(self.cfg.seed, "wm", unit), kl=kl, regime=unit.regime, kl_text=kl_text)
+                                     _seed(self.cfg.seed, "wm", unit), kl=kl, regime=unit.regime, kl_text=kl_text,
+                                     kl_sampled=kl_sampled)
             null = lambda split: self.null_texts(unit.backend, unit.length, unit.prompt_set, split, unit.regime)  # noqa: E731
             cal = self.score(unit, null("null_cal"))
             fpr_texts = null("null_fpr")
             fpr = self.score(unit, fpr_texts)
             kl_rows = torch.cat(kl).numpy() if kl else None
-            kl_per_text = None
-            if kl_rows is not None:  # (n,) mean KL of each text's sampled rows
+            kl_per_text = kl_sampled_per_text = None
+            if kl_rows is not None:  # (n,) mean KL of each text's sampled rows, before and after the temperature
                 idx = torch.cat(kl_text).numpy()
-                sums = np.bincount(idx, weights=kl_rows, minlength=len(wm))
                 cnt = np.bincount(idx, minlength=len(wm))
-                kl_per_text = np.where(cnt > 0, sums / np.maximum(cnt, 1), np.nan)
+                per_text = lambda rows: np.where(cnt > 0, np.bincount(idx, weights=rows, minlength=len(wm))  # noqa: E731
+                                                 / np.maximum(cnt, 1), np.nan)
+                kl_per_text, kl_sampled_per_text = per_text(kl_rows), per_text(torch.cat(kl_sampled).numpy())
             return {"texts": wm, "prompts": pr["eval"], "gen_seconds": secs, "scored": self.score(unit, wm), "cal": cal,
-                    "fpr": fpr, "fpr_texts": fpr_texts, "kl": kl_rows, "kl_per_text": kl_per_text}
+                    "fpr": fpr, "fpr_texts": fpr_texts, "kl": kl_rows, "kl_per_text": kl_per_text,
+                    "kl_sampled_per_text": kl_sampled_per_text}
         return self._get(("unit", unit), build)
 
     def stolen_texts(self, unit: Unit, train_n: int) -> tuple[list[str], list[str]]:
@@ -373,20 +380,33 @@ def human_passages(ctx: "RunContext") -> list[str]:
     return ctx._get(("human",), build)
 
 
+def _kl_rows(base: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """KL(softmax(out)‖softmax(base)) per row: base, out (M, V) logits → (M,) float64 nats."""
+    lp, lq = torch.log_softmax(base.double(), -1), torch.log_softmax(out.double(), -1)  # (M, V)
+    return (lq.exp() * (lq - lp).nan_to_num(0.0, 0.0, 0.0)).sum(-1)
+
+
 def _kl_recorder(process_logits: Any, sink: list[torch.Tensor], text_sink: list[torch.Tensor] | None = None,
-                 offset: list[int] | None = None) -> Any:
+                 offset: list[int] | None = None, sampled_sink: list[torch.Tensor] | None = None) -> Any:
     """Wrap a scheme's ``process_logits`` to record KL(p̃‖p) (nats, float64) of the rows it tilts.
 
     p = softmax of the model's logits, p̃ = softmax of the scheme's; rows: the step's valid target rows
     (``step.marginals``), the marginals tokens are sampled from. The texts are unchanged. With
     ``text_sink``, the (M,) int64 text index of each row (batch row + ``offset[0]``) is appended too.
+    With ``sampled_sink``, the (M,) KL of the distributions tokens are drawn from, softmax(l̃/T) against
+    softmax(l/T) at the step's temperature T (the same as the first where T is 1, unknown, or 0: at
+    greedy decoding only the argmax is drawn).
     """
     def wrapped(step: Any) -> torch.Tensor:
         base = step.marginals.target_logits().detach().clone()  # (B, K, V), before the hook tilts it
         out = process_logits(step)
         rows = step.marginals.target_valid  # (B, K)
-        lp, lq = torch.log_softmax(base[rows].double(), -1), torch.log_softmax(out[rows].double(), -1)  # (M, V)
-        sink.append((lq.exp() * (lq - lp).nan_to_num(0.0, 0.0, 0.0)).sum(-1).cpu())  # (M,)
+        kl = _kl_rows(base[rows], out[rows])  # (M,)
+        sink.append(kl.cpu())
+        if sampled_sink is not None:
+            T = getattr(step, "temperature", None)
+            tempered = T is not None and T > 0.0 and T != 1.0
+            sampled_sink.append((_kl_rows(base[rows] / T, out[rows] / T) if tempered else kl).cpu())
         if text_sink is not None:
             text_sink.append(rows.nonzero()[:, 0].cpu() + (offset[0] if offset else 0))  # (M,)
         return out
@@ -425,6 +445,7 @@ def _cell_data(ctx: RunContext, cell: Cell, ud: dict[str, Any] | None) -> tuple[
         extras["tokens_to_detect"] = kw["tokens_to_detect"]
         extras["ppl"] = kw["ppl"]
         extras["kl"] = ud["kl_per_text"]
+        extras["kl_sampled"] = ud["kl_sampled_per_text"]
     elif cell.kind in ("attack", "scrub"):
         texts = ud["texts"][: cell.n]
         if cell.kind == "attack":
@@ -514,7 +535,7 @@ def run_cell(ctx: RunContext, cell: Cell) -> list[dict[str, Any]]:
                      "n": int(v.n), "note": v.note})
     wall = time.perf_counter() - t0
     cols = ["row_type", "text_index", "n_tokens", "score", "p_value", "detected", "tokens_to_detect", "ppl", "kl",
-            "diversity", "similarity", "edit_fraction", "unrelated_flagged", "metric", "value", "unit", "higher_is_better", "task", "deterministic", "n", "note"]
+            "kl_sampled", "diversity", "similarity", "edit_fraction", "unrelated_flagged", "metric", "value", "unit", "higher_is_better", "task", "deterministic", "n", "note"]
     return [{**head, "row_index": j, **{c: r.get(c) for c in cols}, "wall_time_s": wall} for j, r in enumerate(rows)]
 
 
