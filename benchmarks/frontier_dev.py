@@ -10,6 +10,11 @@ no document with the shipped ``prompts`` set the leaderboard reports on) and pri
   (:func:`sketchwm.bench.matched.at_kl`: linear in KL between adjacent settings, bounds interpolated
   the same way, ``n/a`` outside the swept KL range).
 
+KL/token is the leaderboard's axis: the KL of the distribution tokens are drawn from (after the
+sampler's temperature) where every point of the regime recorded it, else the model's marginals'
+(before it); the regime's heading says which (:mod:`sketchwm.bench.matched`). A second column gives
+the other one where both exist.
+
 Nothing is computed here beyond reading the harness's own estimates (one threshold definition, one
 results schema), so the figures are the ones the leaderboard's matched tables would show.
 
@@ -45,12 +50,16 @@ def main(argv: list[str] | None = None) -> None:
     df = pd.concat([read_results(r) for r in args.results], ignore_index=True)
     cs = curves(df)
     for regime in dict.fromkeys(c.regime for c in cs):
-        print(f"\n## {regime}")
-        print("points: label | KL/token | TPR@1%FPR [95% CI] | distinct-2 | n")
-        for c in (c for c in cs if c.regime == regime):
+        rc = [c for c in cs if c.regime == regime]
+        axis = "sampled" if all(c.kl_axis == "sampled" for c in rc) else "model"
+        other = "model" if axis == "sampled" else "sampled"
+        print(f"\n## {regime} (KL axis: {axis})")
+        print(f"points: label | KL/token | KL/token ({other}) | TPR@1%FPR [95% CI] | distinct-2 | n")
+        for c in rc:
             for p in c.points:
-                print(f"  {p.label} | {p.get('kl').mean:.4f} | {_fmt(p.get('tpr'))} | "
-                      f"{p.get('distinct2').mean:.3f} | {p.get('tpr').n}")
+                alt = p.get(f"kl_{other}")
+                print(f"  {p.label} | {p.get('kl').mean:.4f} | {f'{alt.mean:.4f}' if alt.ok else 'n/a'} | "
+                      f"{_fmt(p.get('tpr'))} | {p.get('distinct2').mean:.3f} | {p.get('tpr').n}")
         print("equal KL: curve | " + " | ".join(f"TPR @ KL {b:g}" for b in KL_BUDGETS))
         for c in (c for c in cs if c.regime == regime):
             print(f"  {c.name} | " + " | ".join(_fmt(at_kl(c, 'tpr', b)) for b in KL_BUDGETS))
