@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -46,3 +48,11 @@ def test_kl_temperature_reads_the_kl_of_the_tempered_distributions(monkeypatch):
         p, q = torch.softmax(base.double() / tau, -1), torch.softmax(out.double() / tau, -1)
         assert torch.allclose(klt._kl(base, out, tau), (q * (q.log() - p.log())).sum(-1))
     assert bool((klt._kl(base, out, 0.5) != klt._kl(base, out, 1.0)).all())
+
+
+def test_detect_cost_two_channels_measures_both_schemes(monkeypatch):
+    """detect_cost_two_channels.measure: both schemes score the same ids; positive throughputs and their ratio."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    r = _load("detect_cost_two_channels").measure(8, 32, 1)
+    assert r["global-sketch"] > 0 and r["global-sketch-green"] > 0
+    assert r["ratio"] == pytest.approx(r["global-sketch"] / r["global-sketch-green"])

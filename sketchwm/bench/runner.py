@@ -153,8 +153,7 @@ class RunContext:
     # ------------------------------------------------------------------ generation and scoring
     def generate(self, b: int, length: int, prompts: Sequence[str], scheme: Any, seed: int,
                  kl: list[torch.Tensor] | None = None, regime: int = 0,
-                 kl_text: list[torch.Tensor] | None = None,
-                 kl_sampled: list[torch.Tensor] | None = None) -> tuple[list[str], float]:
+                 kl_text: list[torch.Tensor] | None = None, kl_sampled: list[torch.Tensor] | None = None) -> tuple[list[str], float]:
         """Texts for ``prompts`` (watermarked by ``scheme`` unless None) in regime ``regime`` and the
         wall seconds it took.
 
@@ -304,10 +303,7 @@ class RunContext:
             kl_per_text = kl_sampled_per_text = None
             if kl_rows is not None:  # (n,) mean KL of each text's sampled rows, before and after the temperature
                 idx = torch.cat(kl_text).numpy()
-                cnt = np.bincount(idx, minlength=len(wm))
-                per_text = lambda rows: np.where(cnt > 0, np.bincount(idx, weights=rows, minlength=len(wm))  # noqa: E731
-                                                 / np.maximum(cnt, 1), np.nan)
-                kl_per_text, kl_sampled_per_text = per_text(kl_rows), per_text(torch.cat(kl_sampled).numpy())
+                kl_per_text, kl_sampled_per_text = (_per_text_mean(idx, r, len(wm)) for r in (kl_rows, torch.cat(kl_sampled).numpy()))
             return {"texts": wm, "prompts": pr["eval"], "gen_seconds": secs, "scored": self.score(unit, wm), "cal": cal,
                     "fpr": fpr, "fpr_texts": fpr_texts, "kl": kl_rows, "kl_per_text": kl_per_text,
                     "kl_sampled_per_text": kl_sampled_per_text}
@@ -378,6 +374,12 @@ def human_passages(ctx: "RunContext") -> list[str]:
                 out += load(dom)[: spec.human_n]
         return out
     return ctx._get(("human",), build)
+
+
+def _per_text_mean(idx: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
+    """Mean of ``rows`` (M,) float64 per text index ``idx`` (M,) int64 → (n,) float64, NaN for a text with no row."""
+    cnt = np.bincount(idx, minlength=n)
+    return np.where(cnt > 0, np.bincount(idx, weights=rows, minlength=n) / np.maximum(cnt, 1), np.nan)
 
 
 def _kl_rows(base: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
