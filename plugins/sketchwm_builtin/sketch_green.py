@@ -25,6 +25,13 @@ all that moves the marginal. The sketch channel keeps everything of ``global-ske
 handling, the greedy order and argmax tilt, the key): it is a ``global-sketch`` under the same key,
 so a text this scheme marks is also scored by ``global-sketch``.
 
+Handover (the default). With ``handover`` and the sketch's ``coverage_full`` c*, the two strengths
+share one budget per text: η_t ← η_t·m and δ_g ← δ_g·(1 − m), m = min(1, c/c*), c = n̂/N the
+sketch's expected coverage (distinct kept tokens per generated position, eq. 5's n̂) at the step.
+With the sketch's ``marginals: sampled`` c is read from the distribution tokens are drawn from,
+softmax(l/T), so a low temperature (or any low-entropy model) gives the step to the green channel
+from the first step (the coverages behind c* = 0.25 are in :class:`SketchGreenParams`).
+
 Detection. Two p-values of the same text: p_s, the sketch's fixed-key background null
 (:meth:`GlobalSketchScheme.score_ids`, valid for the key held), and p_g, the exact binomial test on
 the green count of distinct (context hash, token) pairs (:class:`ContextGreenListScheme`), combined
@@ -32,9 +39,10 @@ by weighted Bonferroni: p = min(1, p_s/w, p_g/(1 − w)) with a fixed weight w (
 P(p ≤ α) ≤ P(p_s ≤ wα) + P(p_g ≤ (1 − w)α) ≤ α on text written without the key whenever each
 channel's own p-value is valid, whatever their dependence. Reordering the tokens destroys the green
 channel's contexts but not the sketch, so a reordered text is still tested at level wα by the
-sketch channel, with only the evidence that channel planted (at the default split, sketch δ 0.25,
-little: reorder-words at s = 0.5 keeps TPR 0.45 at T = 1 where the default keeps 1.0,
-docs/statistics.md). Flooding one token adds a new distinct (context, token) pair at every
+sketch channel, with only the evidence that channel planted: with the default handover the sketch
+carries the whole tilt at T = 1, and reorder-words at s = 0.5 keeps TPR 1.000 there, as for the
+default; at T = 0.5 the green channel carries it and a reordered text keeps 0.075 (the fixed split
+of the first version, sketch δ 0.25, kept 0.45 at T = 1; docs/statistics.md). Flooding one token adds a new distinct (context, token) pair at every
 insertion (its neighbours differ), diluting the green count, and one token to the sketch. ``score`` = Φ⁻¹(1 − p) (so
 ``score ≥ Φ⁻¹(1 − α)`` ⇔ ``p ≤ α``), ``z`` the z of the channel with the smaller p-value.
 
