@@ -1,4 +1,5 @@
-/* Token-id lists -> one flat int64 buffer, the hot path of Detector.detect_ids (sketchwm/batching.py).
+/* Token-id lists -> one flat int64 buffer, the hot path of Detector.detect_ids (sketchwm/batching.py);
+ * and keyed_bits_into, the keyed PRF of sketchwm/prf.py over an int64 buffer (at the end of the file).
  *
  * flatten_into(lists, out, nthreads=1): lists is a Python list of B lists of ints, out a writable
  * C-contiguous buffer of int64 with exactly sum(len(x)) items. Each int is read without a Python-level
@@ -20,6 +21,7 @@
 #include <Python.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #if !defined(_WIN32) && !defined(Py_GIL_DISABLED)
 #include <pthread.h>
@@ -164,11 +166,149 @@ static PyObject *flatten_into(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* keyed_bits_into(counter, out, seed_lo, seed_hi, stream_word): the keyed PRF of sketchwm/prf.py
+ * (keyed_bits) over a C-contiguous int64 buffer of counters into an int64 buffer of the same length,
+ * bit for bit: four rounds of mix32 (multiply-xorshift on 32-bit words; the torch version keeps the
+ * words in int64 and masks, which is the same arithmetic modulo 2**32). seed_lo/seed_hi are the seed's
+ * 32-bit halves, stream_word = (stream * 0x1E3779B9) mod 2**32. Raises ValueError on a size mismatch
+ * or a buffer that is not C-contiguous int64. Releases the GIL while it runs. */
+static inline uint32_t mix32_u(uint32_t x) {
+    x = ((x >> 16) ^ x) * 0x45D9F3Bu;
+    x = ((x >> 16) ^ x) * 0x119DE1F3u;
+    x = ((x >> 16) ^ x) * 0x45D9F3Bu;
+    return (x >> 16) ^ x;
+}
+
+static PyObject *keyed_bits_into(PyObject *self, PyObject *args) {
+    Py_buffer cin, cout;
+    unsigned long long lo, hi, sw;
+    if (!PyArg_ParseTuple(args, "y*w*KKK", &cin, &cout, &lo, &hi, &sw)) return NULL;
+    if (cin.itemsize != 8 || cout.itemsize != 8 || cin.len != cout.len || !PyBuffer_IsContiguous(&cin, 'C')
+        || !PyBuffer_IsContiguous(&cout, 'C')) {
+        PyBuffer_Release(&cin);
+        PyBuffer_Release(&cout);
+        PyErr_SetString(PyExc_ValueError, "counter and out must be C-contiguous int64 buffers of one length");
+        return NULL;
+    }
+    const uint64_t *c = (const uint64_t *)cin.buf;
+    int64_t *o = (int64_t *)cout.buf;
+    Py_ssize_t n = cin.len / 8;
+    uint32_t l32 = (uint32_t)lo, h32 = (uint32_t)hi, s32 = (uint32_t)sw;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint32_t x = mix32_u((uint32_t)c[i] ^ l32);
+        x = mix32_u(x ^ (uint32_t)(c[i] >> 32) ^ s32);
+        x = mix32_u(x ^ h32);
+        o[i] = (int64_t)mix32_u(x + 0x1E3779B9u);
+    }
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&cin);
+    PyBuffer_Release(&cout);
+    Py_RETURN_NONE;
+}
+
+/* green_counts(ids, valid, B, N, offsets, ordered, V, seed_lo, seed_hi, stream_word, gamma, g, n): the
+ * detector of the context-keyed green lists (sketchwm_baselines.green.ContextGreenListScheme.score_ids)
+ * in one pass per text: for every valid position j whose context positions j + o (o in offsets, one or
+ * two) lie inside [0, N) and are valid, the context hash h (sum, or ordered: sum of x_{j+o_k} V^k), the
+ * pair counter h*V + x_j, kept at its first occurrence in the text (an open-addressing set per text),
+ * counted green when (keyed_bits(counter) + 0.5) / 2**32 < gamma in double precision -- the same
+ * operations as the torch path, so the same counts. ids: int64 (B*N), valid: uint8 (B*N), g and n:
+ * writable int64 (B). Raises ValueError on wrong buffer sizes or more than two offsets. */
+static PyObject *green_counts(PyObject *self, PyObject *args) {
+    Py_buffer bid, bva, bg, bn;
+    Py_ssize_t B, N;
+    PyObject *offs;
+    int ordered;
+    long long V;
+    unsigned long long lo, hi, sw;
+    double gamma;
+    if (!PyArg_ParseTuple(args, "y*y*nnO!pLKKKdw*w*", &bid, &bva, &B, &N, &PyTuple_Type, &offs, &ordered, &V, &lo,
+                          &hi, &sw, &gamma, &bg, &bn))
+        return NULL;
+    Py_ssize_t K = PyTuple_GET_SIZE(offs);
+    long o[2] = {0, 0};
+    int bad = K < 1 || K > 2 || bid.len != B * N * 8 || bva.len != B * N || bg.len != B * 8 || bn.len != B * 8;
+    for (Py_ssize_t k = 0; k < K && k < 2 && !bad; k++) {
+        o[k] = PyLong_AsLong(PyTuple_GET_ITEM(offs, k));
+        if (o[k] == -1 && PyErr_Occurred()) bad = 2;
+    }
+    uint64_t *set = NULL;
+    uint32_t *stamp = NULL;
+    size_t cap = 16;
+    while (cap < (size_t)(2 * N + 2)) cap <<= 1;
+    if (!bad) {
+        set = (uint64_t *)PyMem_RawMalloc(cap * sizeof(uint64_t));
+        stamp = (uint32_t *)PyMem_RawCalloc(cap, sizeof(uint32_t));
+        if (set == NULL || stamp == NULL) bad = 3;
+    }
+    if (bad) {
+        PyMem_RawFree(set);
+        PyMem_RawFree(stamp);
+        PyBuffer_Release(&bid); PyBuffer_Release(&bva); PyBuffer_Release(&bg); PyBuffer_Release(&bn);
+        if (bad == 3) return PyErr_NoMemory();
+        if (bad == 1) PyErr_SetString(PyExc_ValueError, "green_counts: wrong buffer sizes or not 1-2 offsets");
+        return NULL;
+    }
+    const int64_t *ids = (const int64_t *)bid.buf;
+    const uint8_t *valid = (const uint8_t *)bva.buf;
+    int64_t *g = (int64_t *)bg.buf, *n = (int64_t *)bn.buf;
+    uint32_t l32 = (uint32_t)lo, h32 = (uint32_t)hi, s32 = (uint32_t)sw;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t b = 0; b < B; b++) {
+        const int64_t *x = ids + b * N;
+        const uint8_t *v = valid + b * N;
+        uint32_t st = (uint32_t)(b + 1);  /* a new stamp per text empties the set without clearing it */
+        if (st == 0) { memset(stamp, 0, cap * sizeof(uint32_t)); st = 1; }
+        int64_t gb = 0, nb = 0;
+        for (Py_ssize_t j = 0; j < N; j++) {
+            if (!v[j]) continue;
+            int64_t h = 0, w = 1;
+            int ok = 1;
+            for (Py_ssize_t k = 0; k < K; k++) {
+                Py_ssize_t q = j + o[k];
+                if (q < 0 || q >= N || !v[q]) { ok = 0; break; }
+                h += ordered ? x[q] * w : x[q];
+                w *= V;
+            }
+            if (!ok) continue;
+            uint64_t key = (uint64_t)(h * V + x[j]);
+            size_t slot = (size_t)(mix32_u((uint32_t)key ^ mix32_u((uint32_t)(key >> 32))) & (cap - 1));
+            int seen = 0;
+            while (stamp[slot] == st) {
+                if (set[slot] == key) { seen = 1; break; }
+                slot = (slot + 1) & (cap - 1);
+            }
+            if (seen) continue;
+            stamp[slot] = st;
+            set[slot] = key;
+            nb++;
+            uint32_t y = mix32_u((uint32_t)key ^ l32);
+            y = mix32_u(y ^ (uint32_t)(key >> 32) ^ s32);
+            y = mix32_u(y ^ h32);
+            y = mix32_u(y + 0x1E3779B9u);
+            if (((double)y + 0.5) / 4294967296.0 < gamma) gb++;
+        }
+        g[b] = gb;
+        n[b] = nb;
+    }
+    Py_END_ALLOW_THREADS
+    PyMem_RawFree(set);
+    PyMem_RawFree(stamp);
+    PyBuffer_Release(&bid); PyBuffer_Release(&bva); PyBuffer_Release(&bg); PyBuffer_Release(&bn);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"flatten_into", flatten_into, METH_VARARGS,
      "flatten_into(lists, out, nthreads=1): write B lists of ints into an int64 buffer (nthreads > 1: read on that many threads)."},
+    {"keyed_bits_into", keyed_bits_into, METH_VARARGS,
+     "keyed_bits_into(counter, out, seed_lo, seed_hi, stream_word): sketchwm.prf.keyed_bits over an int64 buffer."},
+    {"green_counts", green_counts, METH_VARARGS,
+     "green_counts(ids, valid, B, N, offsets, ordered, V, seed_lo, seed_hi, stream_word, gamma, g, n): "
+     "green and distinct (context hash, token) pair counts per text."},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastids", "Token-id lists to int64 in one C pass.", -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastids", "Token-id lists to int64 in one C pass; the keyed PRF over int64 buffers.", -1, methods};
 
 PyMODINIT_FUNC PyInit__fastids(void) { return PyModule_Create(&module); }

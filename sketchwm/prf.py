@@ -12,7 +12,16 @@ HMAC-derived seed.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+
+try:  # the optional C extension (pyproject.toml ext-modules): the same bits, one pass, no int64 temporaries
+    from ._fastids import keyed_bits_into as _keyed_bits_into
+except ImportError:  # pragma: no cover - exercised where no compiler built it
+    _keyed_bits_into = None
+
+#: below this many counters the torch path is as fast as the C pass (call overhead)
+_C_MIN = 2048
 
 __all__ = ["mix32", "keyed_bits", "keyed_uniform", "keyed_randint", "keyed_signs"]
 
@@ -59,6 +68,9 @@ def keyed_bits(seed: int | torch.Tensor, counter: torch.Tensor | int, stream: in
     """
     device = counter.device if torch.is_tensor(counter) else (seed.device if torch.is_tensor(seed) else None)
     c = _as_counter(counter, device)
+    if (_keyed_bits_into is not None and not torch.is_tensor(seed) and c.device.type == "cpu"
+            and c.numel() >= _C_MIN and not c.requires_grad):
+        return _keyed_bits_c(int(seed), c, stream)
     if torch.is_tensor(seed):
         s = seed.to(device=c.device, dtype=torch.int64)
         lo, hi = s & _MASK32, (s >> 32) & _MASK32
@@ -103,3 +115,14 @@ def keyed_signs(seed: int | torch.Tensor, counter: torch.Tensor | int, stream: i
     """Keyed Rademacher signs (±1.0, float32), shaped like ``counter``."""
     bits = keyed_bits(seed, counter, stream)
     return ((bits >> 7) & 1).to(torch.float32) * 2.0 - 1.0
+
+
+def _keyed_bits_c(seed: int, c: torch.Tensor, stream: int) -> torch.Tensor:
+    """:func:`keyed_bits` of an int seed over a CPU int64 counter tensor in one C pass (the extension's
+    ``keyed_bits_into``; bit for bit the torch rounds above, ``tests/test_prf.py``)."""
+    seed &= 0xFFFFFFFFFFFFFFFF
+    src = c.contiguous().numpy()
+    out = np.empty(src.shape, dtype=np.int64)
+    _keyed_bits_into(src.reshape(-1), out.reshape(-1), seed & _MASK32, (seed >> 32) & _MASK32,
+                     (stream * _GOLDEN) & _MASK32)
+    return torch.from_numpy(out)

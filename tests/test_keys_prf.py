@@ -69,3 +69,33 @@ def test_prf_golden_and_distribution():
 
 
 GOLDEN = [4046044043, 275983289, 1447655322]
+
+
+@pytest.mark.parametrize("seed", [0, 12345, 2**63 + 977, 2**64 - 1])
+@pytest.mark.parametrize("stream", [0, 1, 7, -3])
+def test_c_prf_pass_is_bit_for_bit_the_torch_rounds(monkeypatch, seed, stream):
+    """The extension's one-pass PRF (used for CPU counters of an int seed) equals the torch rounds on
+    every counter, negative and above 2**32 included, shape kept; where the extension is not built the
+    torch rounds are the only path and this compares them with themselves."""
+    import sketchwm.prf as prf
+
+    g = torch.Generator().manual_seed(seed % 2**31 + stream)
+    c = torch.cat([torch.randint(-2**62, 2**62, (5000,), generator=g), torch.arange(-50, 50),
+                   torch.tensor([0, 2**32 - 1, 2**32, -(2**63), 2**63 - 1])]).reshape(-1, 5)  # (1021, 5)
+    fast = prf.keyed_bits(seed, c, stream)
+    monkeypatch.setattr(prf, "_keyed_bits_into", None)
+    slow = prf.keyed_bits(seed, c, stream)
+    assert fast.shape == slow.shape == c.shape and fast.dtype == slow.dtype == torch.int64
+    assert torch.equal(fast, slow)
+    assert prf.keyed_bits(0, torch.tensor([0, 1, 2])).tolist() == GOLDEN  # the short path
+
+
+def test_c_prf_pass_is_used_on_large_cpu_counters():
+    import sketchwm.prf as prf
+
+    if prf._keyed_bits_into is None:
+        pytest.skip("the optional C extension is not built here")
+    c = torch.arange(prf._C_MIN * 3).reshape(3, -1)[:, ::2]  # non-contiguous view
+    assert torch.equal(prf.keyed_bits(99, c), prf._keyed_bits_c(99, c, 0))
+    assert torch.equal(prf.keyed_bits(99, c), prf.mix32(prf.mix32(prf.mix32(prf.mix32(c & prf._MASK32 ^ 99) ^ 0)
+                                                                  ^ 0) + prf._GOLDEN))

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from pydantic import Field
 
 from sketchwm.components import SchemeScores, WatermarkScheme
 from sketchwm.prf import keyed_uniform
 from sketchwm.stats import binomial_logsf, log10_threshold, scores_from_log_p, standardise
+
+try:  # the optional C extension (pyproject.toml ext-modules): the detector's counts in one pass per text
+    from sketchwm._fastids import green_counts as _green_counts
+except ImportError:  # pragma: no cover - exercised where no compiler built it
+    _green_counts = None
 
 from .context import ContextParams, context_hash, first_occurrence, gather_context, pair_counter
 
@@ -85,13 +91,33 @@ class ContextGreenListScheme(WatermarkScheme):
         """Binomial test on the green count of distinct (hash, token) pairs; ids, valid (B, N)."""
         p = self.params
         ids, valid = self.check_ids(ids, valid)
-        ctx, ok = gather_context(ids, valid, p.context)  # (B, N, |O|), (B, N)
-        h = context_hash(ctx, self.vocab_size, p.hash)  # (B, N)
-        keep = first_occurrence(pair_counter(h, ids, self.vocab_size), valid & ok)  # (B, N)
-        g = (self.green(h, ids) & keep).sum(1)  # (B,)
-        n = keep.sum(1)  # (B,)
+        counted = self._green_counts_c(ids, valid)
+        if counted is not None:
+            g, n = counted
+        else:
+            ctx, ok = gather_context(ids, valid, p.context)  # (B, N, |O|), (B, N)
+            h = context_hash(ctx, self.vocab_size, p.hash)  # (B, N)
+            keep = first_occurrence(pair_counter(h, ids, self.vocab_size), valid & ok)  # (B, N)
+            g = (self.green(h, ids) & keep).sum(1)  # (B,)
+            n = keep.sum(1)  # (B,)
         z = standardise(g, p.gamma * n, n * p.gamma * (1 - p.gamma))
         return scores_from_log_p(binomial_logsf(g, n, p.gamma), z, n, "exact binomial (distinct hash-token pairs)")
+
+    def _green_counts_c(self, ids: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(g, n) (B,) int64 — green and distinct (hash, token) pair counts — in one C pass per text (the
+        optional extension's ``green_counts``: the same contexts, counters, PRF and first occurrences as
+        the torch path, so the same counts; ``tests/test_green_fast_path.py``), or None where it does
+        not apply: no extension, not on the CPU, or a subclass with its own green lists."""
+        if _green_counts is None or ids.device.type != "cpu" or type(self).green is not ContextGreenListScheme.green:
+            return None
+        B, N = ids.shape
+        g, n = np.zeros(B, np.int64), np.zeros(B, np.int64)
+        seed = int(self._seed) & 0xFFFFFFFFFFFFFFFF
+        x = ids.to(torch.int64).contiguous().numpy().reshape(-1)
+        v = valid.to(torch.uint8).contiguous().numpy().reshape(-1)
+        _green_counts(x, v, B, N, tuple(int(o) for o in self.params.context), self.params.hash == "ordered",
+                      self.vocab_size, seed & 0xFFFFFFFF, seed >> 32, 0, float(self.params.gamma), g, n)
+        return torch.from_numpy(g), torch.from_numpy(n)
 
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
         """−log10 α: ``score`` is −log10 of an exact p-value, so this holds at every length."""

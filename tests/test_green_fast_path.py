@@ -1,0 +1,48 @@
+"""The C pass of the context-keyed green-list detector gives the torch path's counts exactly."""
+
+import pytest
+import torch
+
+import sketchwm_baselines.green as green_mod
+from sketchwm_baselines.green import ContextGreenListScheme, GreenListParams
+from sketchwm_baselines.kgw_naive import KGWNaiveScheme
+
+V = 997
+
+
+def _ids(seed: int, B: int = 37, N: int = 61) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 12, (B, N), generator=g)  # a small alphabet: many repeated pairs
+    ids[: B // 2] = torch.randint(0, V, (B // 2, N), generator=g)
+    valid = torch.rand(B, N, generator=g) < 0.9  # holes, not only right padding
+    lengths = torch.randint(0, N + 1, (B,), generator=g)
+    valid &= torch.arange(N)[None, :] < lengths[:, None]  # empty and short texts too
+    return ids, valid
+
+
+@pytest.mark.skipif(green_mod._green_counts is None, reason="the optional C extension is not built here")
+@pytest.mark.parametrize("context,hash_kind", [((-1,), "sum"), ((1,), "sum"), ((-1, 1), "sum"), ((-2, -1), "ordered"),
+                                               ((-1, 3), "ordered")])
+@pytest.mark.parametrize("gamma", [0.25, 0.5, 0.9])
+def test_c_counts_equal_torch_counts(key, monkeypatch, context, hash_kind, gamma):
+    params = GreenListParams(context=context, hash=hash_kind, gamma=gamma, min_tokens=1)
+    scheme = ContextGreenListScheme(params, key, V)
+    ids, valid = _ids(len(context) * 31 + int(gamma * 100))
+    counts = scheme._green_counts_c(ids, valid)
+    assert counts is not None
+    fast = scheme.score_ids(ids, valid)
+    monkeypatch.setattr(green_mod, "_green_counts", None)
+    assert scheme._green_counts_c(ids, valid) is None
+    slow = scheme.score_ids(ids, valid)
+    assert torch.equal(fast.n_scored.long(), slow.n_scored.long())
+    assert torch.equal(fast.p_value.double().nan_to_num(-1.0), slow.p_value.double().nan_to_num(-1.0))
+    assert torch.equal(fast.z.double().nan_to_num(-9.0), slow.z.double().nan_to_num(-9.0))
+    assert int(counts[1].sum()) > 0 and int(counts[0].sum()) > 0  # the comparison saw green pairs
+
+
+def test_subclasses_keep_their_own_path(key):
+    """A scheme that overrides nothing uses the C pass; the registered KGW schemes share the base lists."""
+    s = KGWNaiveScheme(KGWNaiveScheme.Params(), key, V)
+    ids, valid = _ids(5)
+    out = s._green_counts_c(ids, valid)
+    assert (out is None) == (green_mod._green_counts is None)
