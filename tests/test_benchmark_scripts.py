@@ -56,3 +56,32 @@ def test_detect_cost_two_channels_measures_both_schemes(monkeypatch):
     r = _load("detect_cost_two_channels").measure(8, 32, 1)
     assert r["global-sketch"] > 0 and r["global-sketch-green"] > 0
     assert r["ratio"] == pytest.approx(r["global-sketch"] / r["global-sketch-green"])
+
+
+def test_tilt_efficiency_ceiling_is_the_first_order_bound_of_a_tilt(monkeypatch):
+    """The ceiling tilt_efficiency.py reads against: a tilt p̃ ∝ p·exp(η·a) moves E[s] by at most
+    √(2·KL(p̃‖p)·Var_p(s)) to first order in η, with equality for a = s (Cauchy–Schwarz); and
+    ``efficiency`` turns a z shift into E and the KL a TPR of 0.9 at 1% FPR needs."""
+    import torch
+
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    te = _load("tilt_efficiency")
+    g = torch.Generator().manual_seed(3)
+    p = torch.softmax(torch.randn(50, 200, generator=g, dtype=torch.float64) * 2, -1)  # (rows, V)
+    s = torch.randn(200, generator=g, dtype=torch.float64)
+    var = (p * s * s).sum(-1) - (p * s).sum(-1) ** 2
+    for a, equal in ((s, True), (torch.randn(200, generator=g, dtype=torch.float64), False)):
+        q = torch.softmax(p.log() + 1e-3 * a, -1)
+        kl = (q * (q.log() - p.log())).sum(-1)
+        ratio = ((q * s).sum(-1) - (p * s).sum(-1)) ** 2 / (2 * kl * var)
+        assert float(ratio.max()) <= 1.0 + 1e-2
+        if equal:
+            assert torch.allclose(ratio, torch.ones_like(ratio), atol=1e-2)
+        else:
+            assert float(ratio.mean()) < 0.5
+    import numpy as np
+
+    e, need = te.efficiency(np.array([3.0, 4.0, 5.0]), np.array([-1.0, 0.0, 1.0]), 128, 0.1)
+    assert e == pytest.approx(16 / (2 * 128 * 0.1))
+    assert need == pytest.approx(te.Z_TPR90_FPR1 ** 2 / (2 * 128 * e))
+    assert te.efficiency(np.array([0.0]), np.array([0.0]), 128, 0.1)[1] == float("inf")

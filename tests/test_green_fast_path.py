@@ -20,6 +20,16 @@ def _ids(seed: int, B: int = 37, N: int = 61) -> tuple[torch.Tensor, torch.Tenso
     return ids, valid
 
 
+def _torch_counts(scheme, ids, valid):
+    """(g, n) of the torch path, from the context helpers."""
+    from sketchwm_baselines.context import context_hash, first_occurrence, gather_context, pair_counter
+
+    ctx, ok = gather_context(ids, valid, scheme.params.context)
+    h = context_hash(ctx, scheme.vocab_size, scheme.params.hash)
+    keep = first_occurrence(pair_counter(h, ids, scheme.vocab_size), valid & ok)
+    return (scheme.green(h, ids) & keep).sum(1), keep.sum(1)
+
+
 @pytest.mark.skipif(green_mod._green_counts is None, reason="the optional C extension is not built here")
 @pytest.mark.parametrize("context,hash_kind", [((-1,), "sum"), ((1,), "sum"), ((-1, 1), "sum"), ((-2, -1), "ordered"),
                                                ((-1, 3), "ordered")])
@@ -30,6 +40,8 @@ def test_c_counts_equal_torch_counts(key, monkeypatch, context, hash_kind, gamma
     ids, valid = _ids(len(context) * 31 + int(gamma * 100))
     counts = scheme._green_counts_c(ids, valid)
     assert counts is not None
+    g_torch, n_torch = _torch_counts(scheme, ids, valid)
+    assert torch.equal(counts[0], g_torch) and torch.equal(counts[1], n_torch)
     fast = scheme.score_ids(ids, valid)
     monkeypatch.setattr(green_mod, "_green_counts", None)
     assert scheme._green_counts_c(ids, valid) is None
@@ -46,3 +58,18 @@ def test_subclasses_keep_their_own_path(key):
     ids, valid = _ids(5)
     out = s._green_counts_c(ids, valid)
     assert (out is None) == (green_mod._green_counts is None)
+
+
+@pytest.mark.skipif(green_mod._green_counts is None, reason="the optional C extension is not built here")
+def test_c_counts_split_over_threads_equal_torch_counts(key):
+    """From 65,536 ids the rows are split over threads: the counts are still the torch path's."""
+    scheme = ContextGreenListScheme(GreenListParams(context=(-1, 1), min_tokens=1), key, V)
+    ids, valid = _ids(11, B=1500, N=64)  # 96,000 ids
+    before = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        g, n = scheme._green_counts_c(ids, valid)
+    finally:
+        torch.set_num_threads(before)
+    g_torch, n_torch = _torch_counts(scheme, ids, valid)
+    assert torch.equal(n, n_torch) and torch.equal(g, g_torch)

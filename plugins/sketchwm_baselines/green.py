@@ -106,8 +106,8 @@ class ContextGreenListScheme(WatermarkScheme):
     def _green_counts_c(self, ids: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(g, n) (B,) int64 — green and distinct (hash, token) pair counts — in one C pass per text (the
         optional extension's ``green_counts``: the same contexts, counters, PRF and first occurrences as
-        the torch path, so the same counts; ``tests/test_green_fast_path.py``), or None where it does
-        not apply: no extension, not on the CPU, or a subclass with its own green lists."""
+        the torch path, so the same counts; ``tests/test_green_fast_path.py``; rows split over
+        ``torch.get_num_threads()`` threads from 65,536 ids), or None where it does not apply: no extension, not on the CPU, or a subclass with its own green lists."""
         if _green_counts is None or ids.device.type != "cpu" or type(self).green is not ContextGreenListScheme.green:
             return None
         B, N = ids.shape
@@ -115,8 +115,21 @@ class ContextGreenListScheme(WatermarkScheme):
         seed = int(self._seed) & 0xFFFFFFFFFFFFFFFF
         x = ids.to(torch.int64).contiguous().numpy().reshape(-1)
         v = valid.to(torch.uint8).contiguous().numpy().reshape(-1)
-        _green_counts(x, v, B, N, tuple(int(o) for o in self.params.context), self.params.hash == "ordered",
-                      self.vocab_size, seed & 0xFFFFFFFF, seed >> 32, 0, float(self.params.gamma), g, n)
+        args = (tuple(int(o) for o in self.params.context), self.params.hash == "ordered", self.vocab_size,
+                seed & 0xFFFFFFFF, seed >> 32, 0, float(self.params.gamma))
+
+        def run(a: int, b: int) -> None:  # rows [a, b): contiguous slices, the GIL released inside
+            _green_counts(x[a * N:b * N], v[a * N:b * N], b - a, N, *args, g[a:b], n[a:b])
+
+        threads = min(torch.get_num_threads(), max(1, B * N // 65536), B)
+        if threads <= 1:
+            run(0, B)
+        else:  # rows split over threads
+            from concurrent.futures import ThreadPoolExecutor
+
+            cuts = np.linspace(0, B, threads + 1).astype(int)
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(run, cuts[:-1], cuts[1:]))
         return torch.from_numpy(g), torch.from_numpy(n)
 
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:

@@ -72,7 +72,8 @@ def check_token_ids(ids: torch.Tensor, valid: torch.Tensor, vocab_size: int) -> 
         vocab_size: V.
 
     Returns:
-        ids (B, N) int64 and valid (B, N) bool.
+        ids (B, N) int64 with every entry in [0, V) (padding clamped; the input tensor itself when it
+        needed no clamping and was int64 already: read it, do not write to it) and valid (B, N) bool.
 
     Raises:
         InputError: wrong rank or shapes, or a valid id outside [0, V).
@@ -84,13 +85,16 @@ def check_token_ids(ids: torch.Tensor, valid: torch.Tensor, vocab_size: int) -> 
     if ids.dtype.is_floating_point or ids.dtype == torch.bool:
         raise InputError(f"ids must be integers, got {ids.dtype}")
     ids, valid = ids.long(), valid.bool()
-    v_ids = ids[valid]
-    if v_ids.numel():
-        lo, hi = int(v_ids.min()), int(v_ids.max())
-        if lo < 0 or hi >= vocab_size:
-            bad = hi if hi >= vocab_size else lo
-            raise InputError(f"token id {bad} is outside the vocabulary [0, {vocab_size})")
-    return ids.clamp(0, vocab_size - 1), valid
+    if ids.numel() == 0:
+        return ids, valid
+    # numpy on CPU (ids_summary): no copy of the valid entries, no spin-waiting torch reductions
+    _, lo, hi = ids_summary(ids, valid, vocab_size)
+    if lo < 0 or hi >= vocab_size:
+        bad = hi if hi >= vocab_size else lo
+        raise InputError(f"token id {bad} is outside the vocabulary [0, {vocab_size})")
+    a = ids.numpy() if ids.device.type == "cpu" else None
+    inside = (int(a.min()) >= 0 and int(a.max()) < vocab_size) if a is not None else False
+    return (ids if inside else ids.clamp(0, vocab_size - 1)), valid
 
 
 def distinct_token_sums(ids: torch.Tensor, valid: torch.Tensor, values: torch.Tensor, keep: torch.Tensor,
