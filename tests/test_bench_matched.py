@@ -336,3 +336,32 @@ def test_matched_board_in_chromium(swept, chromium_page):
     vals = t.locator("tbody tr").evaluate_all(f"rs => rs.map(r => parseFloat(r.cells[{first}].dataset.v))")
     finite = [v for v in vals if not math.isnan(v)]
     assert finite == sorted(finite, reverse=True)
+
+
+def test_tilt_efficiency_reads_every_swept_point_of_a_run(swept, capsys, monkeypatch):
+    """benchmarks/tilt_efficiency.py on a run folder: one line per tilting point up to --max-kl, with the
+    E of its texts' p-values (recomputed here from the results), and one pooled line per curve."""
+    import importlib.util
+    from pathlib import Path
+
+    from sketchwm.bench.matched import curves
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "tilt_efficiency.py"
+    spec = importlib.util.spec_from_file_location("bench_tilt_efficiency", path)
+    te = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(te)
+    te.from_results([str(swept)], max_kl=10.0)
+    out = capsys.readouterr().out
+    df = read_results(swept)
+    clean = df[(df["cell_kind"] == "clean") & (df["regime"] == "mdlm-random-t1")]
+    acme = next(c for c in curves(df) if c.regime == "mdlm-random-t1" and c.name == "acme-mark")
+    tilting = [p for p in acme.points if p.get("kl").ok and p.get("kl").mean > 1e-9]
+    assert tilting
+    for p in tilting:
+        g = clean[clean["scheme"] == p.label]
+        zw = te._z(g[g["row_type"] == "text"]["p_value"].to_numpy(np.float64))
+        zn = te._z(g[g["row_type"] == "null_cal"]["p_value"].to_numpy(np.float64))
+        e, _ = te.efficiency(zw, zn, 16, p.get("kl").mean)
+        line = next(x for x in out.splitlines() if x.strip().startswith(p.label + " |"))
+        assert (f"| {e:.3f} [" in line) if not np.isnan(e) else ("| n/a |" in line)
+    assert "= acme-mark pooled" in out
