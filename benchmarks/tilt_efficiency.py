@@ -22,7 +22,8 @@ KL for every swept point of a run folder (z from each text's p-value, z = Φ⁻�
 1e-300 and 1 − 1e-12, so every scheme is on one scale; a point whose null texts have a median
 p-value of 1 — a Bonferroni combination's — has no median z and reads n/a), and with ``--measure`` it also measures ρ̄ of the sketch's
 statistic on the default model while it embeds, to say whether a scheme loses in its tilt (E < ρ̄) or
-in what its statistic can read (ρ̄ small).
+in what its statistic can read (ρ̄ small). It also prints the null texts' spread in z (robust sd):
+E is in the background null's units, and a calibrated threshold sees the null's own spread.
 
     python benchmarks/tilt_efficiency.py /work/runs/frontier-128
     python benchmarks/tilt_efficiency.py --measure --regimes mdlm-random-t1 llada-blocks-t0.5 --n 16
@@ -81,6 +82,13 @@ def efficiency_interval(z_wm: np.ndarray, z_null: np.ndarray, n_tokens: float, k
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
+def _robust_sd(z: np.ndarray) -> float:
+    """Standard deviation of z read from its interquartile range (IQR / 1.349): the null texts' spread in
+    the detector's z units (1 where the background null's variance fits the text source)."""
+    q1, q3 = np.percentile(z, [25, 75])
+    return float((q3 - q1) / 1.3489795003921634)
+
+
 def _kl_fmt(kl: float) -> str:
     """A needed KL/token for printing: beyond 10 nats/token (no shift to speak of) it reads ``> 10``."""
     return f"{kl:.3f}" if kl <= 10 else "> 10"
@@ -130,11 +138,13 @@ def from_results(folders: list[str], max_kl: float) -> None:
                 print(f"  = {c.name} pooled | | | | {e:.3f} | {_kl_fmt(Z_TPR90_FPR1 ** 2 / (2.0 * n * e))}")
 
 
-def measure(regimes: list[str], n: int, length: int, deltas: list[float], params: dict | None = None) -> None:
+def measure(regimes: list[str], n: int, length: int, deltas: list[float], params: dict | None = None,
+            seed: int = 0) -> None:
     """Generate with ``global-sketch`` at each δ in each regime and print ρ̄ of its statistic beside E.
 
-    ``params``: other ``global-sketch`` params of the embedding (the detector is the default's, whose
-    statistic is what ρ̄ reads).
+    ``params``: other ``global-sketch`` params (embedding and detector: the detector is the scheme with
+    these params at its default δ, whose statistic is what ρ̄ reads). ``seed``: the run seed (the key
+    and the order of the development prompts; another seed is an independent replicate).
 
     ρ_i = Var_{p_i}(c_k)/σ₀² at every sampled row, p_i the distribution the token is drawn from (after
     the sampler's temperature), c_k the token weights of the detector (0 on excluded tokens), σ₀² the
@@ -150,11 +160,13 @@ def measure(regimes: list[str], n: int, length: int, deltas: list[float], params
         "name": "tilt-efficiency", "backends": [{"name": "default"}], "regimes": regimes,
         "schemes": [{"name": "global-sketch"}], "lengths": [length], "keys": 1, "n_null_cal": n,
         "n_null_fpr": 1, "oracle": False, "similarity": False, "tokens_step": 0, "batch_size": n,
-        "prompt_sets": [{"name": "dev", "source": "human", "n": n, "words": 20}]})
+        "prompt_sets": [{"name": "dev", "source": "human", "n": n, "words": 20}], "seed": seed,
+        **({"key_seed": f"tilt-efficiency/{seed}"} if seed else {})})
     ctx = RunContext(cfg)
     be, key = ctx.backend(0), ctx.key(0)
     print(f"\n## measured while embedding: {n} texts x {length} tokens per point, `human` development prompts")
-    print("regime | delta | KL/token (sampled) | rho-bar | E [95% CI] | E / rho-bar | KL for TPR 0.9 at E | at E = rho-bar")
+    print("regime | delta | KL/token (sampled) | rho-bar | E [95% CI] | E / rho-bar | KL for TPR 0.9 at E | at E = rho-bar"
+          " | null z sd")
     for r, reg in enumerate(cfg.regime_list):
         null = ctx.null_texts(0, length, 0, "null_cal", r)
         for delta in deltas:
@@ -181,7 +193,7 @@ def measure(regimes: list[str], n: int, length: int, deltas: list[float], params
             scheme.process_logits = recorder
             texts, _ = ctx.generate(0, length, ctx.prompts(0)["eval"], scheme, 1234, regime=r)
             del scheme.process_logits
-            s0 = Watermarker(key, {"scheme": {"name": "global-sketch"}}, backend=be).scheme
+            s0 = Watermarker(key, {"scheme": {"name": "global-sketch", "params": params or {}}}, backend=be).scheme
             zw = _z(p_values(s0, be, texts))
             zn = _z(p_values(s0, be, null))
             kl = float(torch.cat(kls).mean())
@@ -190,7 +202,7 @@ def measure(regimes: list[str], n: int, length: int, deltas: list[float], params
             lo, hi = efficiency_interval(zw, zn, length, kl)
             ideal = Z_TPR90_FPR1 ** 2 / (2.0 * length * rb) if rb > 0 else float("inf")
             print(f"  {reg.name} | {delta:g} | {kl:.4f} | {rb:.3f} | {e:.3f} [{lo:.3f}, {hi:.3f}] | {e / rb:.2f} | "
-                  f"{_kl_fmt(need)} | {_kl_fmt(ideal)}", flush=True)
+                  f"{_kl_fmt(need)} | {_kl_fmt(ideal)} | {_robust_sd(zn):.2f}", flush=True)
 
 
 def p_values(scheme, be, texts: list[str]) -> np.ndarray:
@@ -212,13 +224,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n", type=int, default=16, help="texts per point (and null texts) with --measure")
     ap.add_argument("--length", type=int, default=128)
     ap.add_argument("--deltas", type=float, nargs="+", default=[0.3, 0.5])
+    ap.add_argument("--seed", type=int, default=0, help="run seed with --measure (key and prompt order)")
     ap.add_argument("--params", type=json.loads, default=None,
-                    help="JSON of other global-sketch params for the embedding, e.g. '{\"objective\": \"statistic\"}'")
+                    help="JSON of other global-sketch params (embedding and detector), e.g. '{\"objective\": \"statistic\"}'")
     args = ap.parse_args(argv)
     if args.results:
         from_results(args.results, args.max_kl)
     if args.measure:
-        measure(args.regimes, args.n, args.length, args.deltas, args.params)
+        measure(args.regimes, args.n, args.length, args.deltas, args.params, args.seed)
     if not args.results and not args.measure:
         ap.error("give a results folder, --measure, or both")
 
