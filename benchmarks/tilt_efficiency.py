@@ -139,12 +139,13 @@ def from_results(folders: list[str], max_kl: float) -> None:
 
 
 def measure(regimes: list[str], n: int, length: int, deltas: list[float], params: dict | None = None,
-            seed: int = 0) -> None:
+            seed: int = 0, key_seed: int | None = None) -> None:
     """Generate with ``global-sketch`` at each δ in each regime and print ρ̄ of its statistic beside E.
 
     ``params``: other ``global-sketch`` params (embedding and detector: the detector is the scheme with
     these params at its default δ, whose statistic is what ρ̄ reads). ``seed``: the run seed (the key
-    and the order of the development prompts; another seed is an independent replicate).
+    and the order of the development prompts; another seed is an independent replicate); ``key_seed``:
+    the key of that seed instead (None: ``seed``'s), so that keys and prompts can be varied apart.
 
     ρ_i = Var_{p_i}(c_k)/σ₀² at every sampled row, p_i the distribution the token is drawn from (after
     the sampler's temperature), c_k the token weights of the detector (0 on excluded tokens), σ₀² the
@@ -161,7 +162,7 @@ def measure(regimes: list[str], n: int, length: int, deltas: list[float], params
         "schemes": [{"name": "global-sketch"}], "lengths": [length], "keys": 1, "n_null_cal": n,
         "n_null_fpr": 1, "oracle": False, "similarity": False, "tokens_step": 0, "batch_size": n,
         "prompt_sets": [{"name": "dev", "source": "human", "n": n, "words": 20}], "seed": seed,
-        **({"key_seed": f"tilt-efficiency/{seed}"} if seed else {})})
+        **({"key_seed": f"tilt-efficiency/{ks}"} if (ks := seed if key_seed is None else key_seed) else {})})
     ctx = RunContext(cfg)
     be, key = ctx.backend(0), ctx.key(0)
     print(f"\n## measured while embedding: {n} texts x {length} tokens per point, `human` development prompts")
@@ -225,13 +226,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--length", type=int, default=128)
     ap.add_argument("--deltas", type=float, nargs="+", default=[0.3, 0.5])
     ap.add_argument("--seed", type=int, default=0, help="run seed with --measure (key and prompt order)")
+    ap.add_argument("--key-seed", type=int, default=None, help="the key of this seed instead of --seed's")
     ap.add_argument("--params", type=json.loads, default=None,
                     help="JSON of other global-sketch params (embedding and detector), e.g. '{\"objective\": \"statistic\"}'")
     args = ap.parse_args(argv)
     if args.results:
         from_results(args.results, args.max_kl)
     if args.measure:
-        measure(args.regimes, args.n, args.length, args.deltas, args.params, args.seed)
+        measure(args.regimes, args.n, args.length, args.deltas, args.params, args.seed, args.key_seed)
     if not args.results and not args.measure:
         ap.error("give a results folder, --measure, or both")
 
