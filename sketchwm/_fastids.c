@@ -179,6 +179,14 @@ static inline uint32_t mix32_u(uint32_t x) {
     return (x >> 16) ^ x;
 }
 
+/* sketchwm.prf.keyed_bits of one 64-bit counter under the seed halves and the stream word. */
+static inline uint32_t keyed_bits_u(uint64_t c, uint32_t l32, uint32_t h32, uint32_t s32) {
+    uint32_t x = mix32_u((uint32_t)c ^ l32);
+    x = mix32_u(x ^ (uint32_t)(c >> 32) ^ s32);
+    x = mix32_u(x ^ h32);
+    return mix32_u(x + 0x1E3779B9u);
+}
+
 static PyObject *keyed_bits_into(PyObject *self, PyObject *args) {
     Py_buffer cin, cout;
     unsigned long long lo, hi, sw;
@@ -195,12 +203,7 @@ static PyObject *keyed_bits_into(PyObject *self, PyObject *args) {
     Py_ssize_t n = cin.len / 8;
     uint32_t l32 = (uint32_t)lo, h32 = (uint32_t)hi, s32 = (uint32_t)sw;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint32_t x = mix32_u((uint32_t)c[i] ^ l32);
-        x = mix32_u(x ^ (uint32_t)(c[i] >> 32) ^ s32);
-        x = mix32_u(x ^ h32);
-        o[i] = (int64_t)mix32_u(x + 0x1E3779B9u);
-    }
+    for (Py_ssize_t i = 0; i < n; i++) o[i] = (int64_t)keyed_bits_u(c[i], l32, h32, s32);
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&cin);
     PyBuffer_Release(&cout);
@@ -283,11 +286,7 @@ static PyObject *green_counts(PyObject *self, PyObject *args) {
             stamp[slot] = st;
             set[slot] = key;
             nb++;
-            uint32_t y = mix32_u((uint32_t)key ^ l32);
-            y = mix32_u(y ^ (uint32_t)(key >> 32) ^ s32);
-            y = mix32_u(y ^ h32);
-            y = mix32_u(y + 0x1E3779B9u);
-            if (((double)y + 0.5) / 4294967296.0 < gamma) gb++;
+            if (((double)keyed_bits_u(key, l32, h32, s32) + 0.5) / 4294967296.0 < gamma) gb++;
         }
         g[b] = gb;
         n[b] = nb;
