@@ -1,7 +1,7 @@
 """Repetition flooding, key by key: TPR at the calibrated 1% threshold after ``flood-token``.
 
-For each of ``--n-keys`` keys and each scheme configuration (``default`` = the shipped
-``global-sketch``, ``count`` = the paper's plain count sketch with its key-randomised score,
+For each of ``--n-keys`` keys and each scheme configuration (``default`` = the shipped default,
+:data:`sketchwm.config.DEFAULT_SCHEME` (``global-sketch-green``), ``sketch`` = ``global-sketch`` alone, ``count`` = the paper's plain count sketch with its key-randomised score,
 ``unigram``, ``green`` = ``global-sketch-green``, the sketch and a context-keyed green channel), generate ``--n-texts`` watermarked texts on the default model, flood them with one
 repeated token (``flood-token``: after every 2nd word = strength 0.5, every 5th = 0.2; the token
 choice is ``--choice``), and detect with sketchwm's one decision rule (:meth:`Detector.decide`:
@@ -22,8 +22,11 @@ import time
 
 import torch
 
+from sketchwm.config import DEFAULT_SCHEME
+
 CONFIGS = {
-    "default": {"scheme": {"name": "global-sketch"}},
+    "default": {"scheme": {"name": DEFAULT_SCHEME}},
+    "sketch": {"scheme": {"name": "global-sketch"}},
     "count": {"scheme": {"name": "global-sketch", "params": {
         "sketch": {"name": "count-sketch", "params": {"d": 4, "w": 256}}, "null": "key-randomised"}}},
     "unigram": {"scheme": {"name": "unigram"}},

@@ -3,15 +3,18 @@
 Ids (timed side by side, medians):
 
 Workload: ``--tokens`` (default 2^20 ≥ 10^6) token ids in texts of ``--length`` 256,
-V = 126,464 (LLaDA's vocabulary), the default ``global-sketch`` (presence Count-Sketch d = 4,
-w = 256, D = 1,024, ``exclude_top`` 300, fixed-key background null). The token prior is a Zipf
+V = 126,464 (LLaDA's vocabulary), the default scheme (:data:`sketchwm.config.DEFAULT_SCHEME`,
+``global-sketch-green``: its sketch channel a presence Count-Sketch d = 4, w = 256, D = 1,024,
+``exclude_top`` 300, fixed-key background null; its green channel context-keyed lists, exact
+binomial) and, side by side, ``global-sketch`` alone (the default's sketch channel). The token prior is a Zipf
 law over V (written to a temporary file so that ``exclude_top`` acts as with a real prior) and
 the texts are drawn from it, so they repeat tokens as real text does.
 
-* bare score: ``GlobalSketchScheme.background_z`` — the statistic z of every text.
+* bare score: the scheme's ``score_ids`` — statistics and p-values of every text.
 * full detection: ``Detector.detect_batch`` — input checks, z, p-values, thresholds and decisions.
 * ``detect_ids`` on lists: ``Detector.detect_ids`` on the same ids as B Python lists (the public ids
   API: flattening, checks, padding, scoring); printed with its ratio to ``detect_batch``.
+* ``global-sketch`` / ``global-sketch lists``: ``detect_batch`` and ``detect_ids`` of the sketch alone.
 
 Texts (``--text-mb`` MB of the shipped human passages, shuffled and repeated as in
 ``perf_detect_stream.py``; the default model's WordPiece tokenizer, V = 30,522; the default scheme;
@@ -52,6 +55,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _perf import add_common_args, interleaved_medians, report, setup  # noqa: E402
 
+from sketchwm.config import DEFAULT_SCHEME  # noqa: E402
 from sketchwm.detection import Detector  # noqa: E402
 from sketchwm.keys import WatermarkKey  # noqa: E402
 from sketchwm.registry import get_registry  # noqa: E402
@@ -85,16 +89,23 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "prior.npy"
         np.save(path, prior * 1e9)
-        scheme = reg.create("scheme", "global-sketch", {"prior": {"source": "file", "path": str(path)}}, key, V,
-                            device=dev, registry=reg)
+        prior_file = {"prior": {"source": "file", "path": str(path)}}
+        # the default (DEFAULT_SCHEME: global-sketch-green, whose sketch channel takes the prior) and
+        # global-sketch alone, its sketch channel, side by side
+        scheme = reg.create("scheme", DEFAULT_SCHEME, {"sketch": prior_file} if DEFAULT_SCHEME == "global-sketch-green"
+                            else prior_file, key, V, device=dev, registry=reg)
+        sketch_only = reg.create("scheme", "global-sketch", prior_file, key, V, device=dev, registry=reg)
     ids = torch.from_numpy(rng.choice(V, size=(B, N), p=prior / prior.sum())).to(dev)  # (B, N) int64
     valid = torch.ones_like(ids, dtype=torch.bool)
     det = Detector(scheme, _NoTokenizer(), "benchmark", alpha=0.01)
     lists = ids.cpu().tolist()  # B Python lists of N ids
+    det_sketch = Detector(sketch_only, _NoTokenizer(), "benchmark", alpha=0.01)
     fns = {
-        "score": lambda: scheme.background_z(ids, valid),
+        "score": lambda: scheme.score_ids(ids, valid),
         "detect": lambda: det.detect_batch(ids, valid),
         "detect_ids lists": lambda: det.detect_ids(lists),
+        "global-sketch": lambda: det_sketch.detect_batch(ids, valid),
+        "global-sketch lists": lambda: det_sketch.detect_ids(lists),
     }
     if not args.no_baselines:
         for name in ("unigram", "red-green-dlm"):
@@ -108,7 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     res = {"tokens_per_s": tps["detect"], "score_tokens_per_s": tps["score"], "lists_tokens_per_s": tps["detect_ids lists"],
            "lists_over_batch": round(tps["detect_ids lists"] / tps["detect"], 3),
            "unigram_tokens_per_s": tps.get("unigram"), "red_green_dlm_tokens_per_s": tps.get("red-green-dlm"),
-           "tokens": n_tok, "texts": B, "length": N, "V": V, "D": scheme.sketch.dim, "device": str(dev),
+           "scheme": scheme.name, "global_sketch_tokens_per_s": tps["global-sketch"],
+           "global_sketch_lists_tokens_per_s": tps["global-sketch lists"],
+           "tokens": n_tok, "texts": B, "length": N, "V": V, "D": sketch_only.sketch.dim, "device": str(dev),
            "threads": torch.get_num_threads(), "repeats": args.repeats, "median_ms": ms}
     lines.append(f"must show: detect_ids on lists {tps['detect_ids lists']:.3g} tokens/s (target >= 5e7), "
                  f"{tps['detect_ids lists'] / tps['detect']:.2f}x detect_batch (target >= 0.25)")

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import torch
 
 from .components import DLMBackend, WatermarkScheme
-from .config import ComponentSpec, StrictModel, validate_params
+from .config import DEFAULT_SCHEME, ComponentSpec, StrictModel, validate_params
 from .context import BuildContext
 from .detection import Calibration, DetectionResult, Detector, calibrate as _calibrate
 from .engine import GenerationOutput, MaskedDiffusionSampler
@@ -32,14 +32,15 @@ class WatermarkConfig(StrictModel):
     """What to generate with and what to detect: scheme, backend and sampler settings.
 
     Attributes:
-        scheme: registered scheme name and params (default ``global-sketch``).
+        scheme: registered scheme name and params (default :data:`sketchwm.config.DEFAULT_SCHEME`,
+            ``global-sketch-green``).
         backend: registered backend name and params (default ``default``, the embedded DLM).
         sampler: :class:`sketchwm.engine.SamplerConfig` fields (unset fields use the backend's defaults).
         tokenizer: fingerprint of the tokenizer the watermark was made with; detection with another
             tokenizer raises :class:`TokenizerMismatchError` (None: not checked).
     """
 
-    scheme: ComponentSpec = ComponentSpec(name="global-sketch")
+    scheme: ComponentSpec = ComponentSpec(name=DEFAULT_SCHEME)
     backend: ComponentSpec = ComponentSpec(name="default")
     sampler: dict[str, Any] = {}
     tokenizer: str | None = None

@@ -118,6 +118,7 @@ def _detect_config(args: argparse.Namespace, recs: list[dict[str, Any]]) -> tupl
     recorded = _recorded_config(recs)
     if recorded is None:
         return config_from_args(args), "command line"
+    from .config import DEFAULT_SCHEME
     from .io import read_json_arg
     from .registry import get_registry
 
@@ -125,7 +126,7 @@ def _detect_config(args: argparse.Namespace, recs: list[dict[str, Any]]) -> tupl
     cfg = json.loads(json.dumps(recorded))
     for kind, name_arg, params_arg in (("scheme", args.scheme, args.scheme_params),
                                        ("backend", args.backend, args.backend_params)):
-        rec_spec = cfg.get(kind) or {"name": "global-sketch" if kind == "scheme" else "default", "params": {}}
+        rec_spec = cfg.get(kind) or {"name": DEFAULT_SCHEME if kind == "scheme" else "default", "params": {}}
         if name_arg and name_arg != rec_spec.get("name"):
             raise InputError(f"--{kind} {name_arg!r} contradicts the input records' {kind}.name {rec_spec.get('name')!r}: "
                              "drop it to use the recorded configuration, or pass --config FILE to override on purpose")

@@ -88,7 +88,7 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
     (read back with :func:`config_from_args`)."""
     p.add_argument("--config", help="JSON file with {scheme, backend, sampler} (see WatermarkConfig); for detect it "
                                     "overrides, on purpose, the configuration recorded in the input")
-    p.add_argument("--scheme", help="registered scheme name (default: global-sketch)")
+    p.add_argument("--scheme", help="registered scheme name (default: global-sketch-green, sketchwm.config.DEFAULT_SCHEME)")
     p.add_argument("--scheme-params", help="scheme params as JSON (or @file.json)")
     p.add_argument("--backend", help="registered backend name (default: default)")
     p.add_argument("--backend-params", help="backend params as JSON (or @file.json)")
@@ -113,12 +113,13 @@ def config_from_args(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         InputError: an unreadable ``--config`` file or bad JSON in a ``--*-params`` option.
     """
+    from .config import DEFAULT_SCHEME
     from .io import read_json_arg
 
     cfg: dict[str, Any] = read_json_arg("@" + args.config, "--config") if getattr(args, "config", None) else {}
     if getattr(args, "scheme", None) or getattr(args, "scheme_params", None):
-        base = cfg.get("scheme", {"name": "global-sketch"})
-        cfg["scheme"] = {"name": args.scheme or base.get("name", "global-sketch"),
+        base = cfg.get("scheme", {"name": DEFAULT_SCHEME})
+        cfg["scheme"] = {"name": args.scheme or base.get("name", DEFAULT_SCHEME),
                          "params": read_json_arg(args.scheme_params, "--scheme-params") or base.get("params", {})}
     if getattr(args, "backend", None) or getattr(args, "backend_params", None) or getattr(args, "device", None):
         base = cfg.get("backend", {"name": "default"})

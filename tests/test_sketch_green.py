@@ -88,6 +88,17 @@ def test_pvalue_is_bonferroni_over_the_channels_and_the_green_key_is_separate():
     assert not torch.allclose(plain, pg)
     thr = both.analytic_threshold(0.01, 48)
     assert torch.equal(out.score >= thr, out.p_value <= 0.01)
+    assert bool(torch.isfinite(out.score).all())  # p = 1 (bound above 1) still a finite score
+
+
+def test_score_is_finite_when_the_bonferroni_bound_reaches_one():
+    """A text whose combined p-value is 1 gets a finite score (calibration needs finite thresholds)."""
+    both = _schemes(1.0, _key(4))[0]
+    ids = torch.arange(5, 45)[:, None].expand(40, 40).contiguous()  # each row one token repeated: little evidence
+    out = both.score_ids(ids, torch.ones_like(ids, dtype=torch.bool))
+    one = out.p_value == 1.0  # a red pair and a sketch p-value above ½
+    assert bool(one.any())
+    assert bool(torch.isfinite(out.score).all()) and float(out.score[one].max()) < -5
 
 
 def test_combined_pvalue_holds_its_level_over_keys():

@@ -113,8 +113,10 @@ class ContextGreenListScheme(WatermarkScheme):
         B, N = ids.shape
         g, n = np.zeros(B, np.int64), np.zeros(B, np.int64)
         seed = int(self._seed) & 0xFFFFFFFFFFFFFFFF
-        x = ids.to(torch.int64).contiguous().numpy().reshape(-1)
-        v = valid.to(torch.uint8).contiguous().numpy().reshape(-1)
+        # numpy views, no torch op: torch's parallel ops leave OpenMP workers spin-waiting on the other
+        # core, which the threads below would then share (sketchwm.components.token_sums.ids_summary)
+        x = np.ascontiguousarray(ids.numpy(), dtype=np.int64).reshape(-1)
+        v = np.ascontiguousarray(valid.numpy()).view(np.uint8).reshape(-1)
         args = (tuple(int(o) for o in self.params.context), self.params.hash == "ordered", self.vocab_size,
                 seed & 0xFFFFFFFF, seed >> 32, 0, float(self.params.gamma))
 
@@ -124,12 +126,11 @@ class ContextGreenListScheme(WatermarkScheme):
         threads = min(torch.get_num_threads(), max(1, B * N // 65536), B)
         if threads <= 1:
             run(0, B)
-        else:  # rows split over threads
-            from concurrent.futures import ThreadPoolExecutor
+        else:  # rows split over the detector's process-wide threads
+            from sketchwm.components.token_sums import _thread_pool
 
             cuts = np.linspace(0, B, threads + 1).astype(int)
-            with ThreadPoolExecutor(threads) as pool:
-                list(pool.map(run, cuts[:-1], cuts[1:]))
+            list(_thread_pool(threads).map(run, cuts[:-1], cuts[1:]))
         return torch.from_numpy(g), torch.from_numpy(n)
 
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:

@@ -247,12 +247,32 @@ class SketchGreenScheme(WatermarkScheme):
         pv = combine_bonferroni(p_s, p_g, self.params.weight)
         from scipy.special import ndtri
 
-        score = torch.from_numpy(-ndtri(np.clip(pv.numpy(), 1e-300, 1.0)))  # Φ⁻¹(1 − p)
+        # Φ⁻¹(1 − p), finite at both ends: p = 1 (neither channel has evidence, e.g. a Bonferroni
+        # bound above 1) reads as the largest double below 1, not −∞ (a calibrated threshold must be finite)
+        score = torch.from_numpy(-ndtri(np.clip(pv.numpy(), 1e-300, np.nextafter(1.0, 0.0))))
         z = torch.where(p_s <= p_g, s.z.double().cpu(), g.z.double().cpu())
         w = self.params.weight
         how = (f"weighted Bonferroni over two channels (w = {w:g}): sketch [{s.p_value_method}] and green "
                f"[{g.p_value_method}]")
         return SchemeScores(score, z, pv, s.n_scored.cpu(), how)
+
+    def attribute(self, ids: torch.Tensor, valid: torch.Tensor, n_keys: int, top: int = 5, chunk: int = 8192,
+                  bank: Any = None) -> Any:
+        """Rank K key-family members for each text through the sketch channel
+        (:meth:`GlobalSketchScheme.attribute`: the members are the sketch channel's directions
+        u^{(i)}, ``sketch: {direction_index: i}``; the green channel is the same for every member and
+        carries no attribution). Returns its :class:`~sketchwm_builtin.global_sketch.Attribution`
+        (indices, scores, z, p-values (B, top)).
+
+        Raises:
+            InputError: n_keys < 1, a bank with fewer than ``n_keys`` members, ids outside [0, V).
+        """
+        return self.sketch_channel.attribute(ids, valid, n_keys, top=top, chunk=chunk, bank=bank)
+
+    def directions(self, idx: torch.Tensor) -> torch.Tensor:
+        """The sketch channel's Rademacher directions u^{(i)} for members idx (K,) int64: (K, D)
+        (:meth:`GlobalSketchScheme.directions`)."""
+        return self.sketch_channel.directions(idx)
 
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
         """Φ⁻¹(1 − α) on ``score`` (⇔ p ≤ α)."""
