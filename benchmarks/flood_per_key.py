@@ -1,8 +1,8 @@
 """Repetition flooding, key by key: TPR at the calibrated 1% threshold after ``flood-token``.
 
 For each of ``--n-keys`` keys and each scheme configuration (``default`` = the shipped default,
-:data:`sketchwm.config.DEFAULT_SCHEME` (``global-sketch-green``), ``sketch`` = ``global-sketch`` alone, ``count`` = the paper's plain count sketch with its key-randomised score,
-``unigram``, ``green`` = ``global-sketch-green``, the sketch and a context-keyed green channel), generate ``--n-texts`` watermarked texts on the default model, flood them with one
+:data:`sketchwm.config.DEFAULT_SCHEME` (``global-sketch-green``), ``sketch`` = ``global-sketch``
+alone, ``count`` = the paper's plain count sketch with its key-randomised score, ``unigram``), generate ``--n-texts`` watermarked texts on the default model, flood them with one
 repeated token (``flood-token``: after every 2nd word = strength 0.5, every 5th = 0.2; the token
 choice is ``--choice``), and detect with sketchwm's one decision rule (:meth:`Detector.decide`:
 score ≥ max(τ_N, τ_α), τ_N calibrated on ``--n-null`` unwatermarked samples of other prompts with
@@ -30,7 +30,6 @@ CONFIGS = {
     "count": {"scheme": {"name": "global-sketch", "params": {
         "sketch": {"name": "count-sketch", "params": {"d": 4, "w": 256}}, "null": "key-randomised"}}},
     "unigram": {"scheme": {"name": "unigram"}},
-    "green": {"scheme": {"name": "global-sketch-green"}},
 }
 
 

@@ -24,7 +24,7 @@ PY = "python"
 SUITE: list[tuple[str, str]] = [
     ("demo", "sketchwm demo --json"),
     ("null-per-key", f"{PY} benchmarks/null_per_key.py --n-keys 20 --seed 1"),
-    ("flood-per-key", f"{PY} benchmarks/flood_per_key.py --n-keys 4 --n-texts 20 --n-null 100 --batch-size 20"),
+    ("flood-per-key", f"{PY} benchmarks/flood_per_key.py --n-keys 4 --n-texts 20 --n-null 100 --batch-size 20 --strengths 0.5 0.3 0.2"),
     ("tokens-to-detect", f"{PY} benchmarks/tokens_to_detect.py --n-texts 100 --threads 1"),
     ("eos-length", f"{PY} benchmarks/eos_length.py"),
     ("real-dlm-llada", f"{PY} benchmarks/real_dlm_smoke.py --backend llada --standin"),

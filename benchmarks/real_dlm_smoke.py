@@ -13,7 +13,7 @@ and here, on the project's stand-ins (tiny random models with the real interface
 
 Steps: ``--n-cal`` unwatermarked texts calibrate the detector (τ_N per length bin at ``--alpha``);
 ``--n`` held-out prompts are generated without and with the watermark of ``--scheme`` (default
-``global-sketch``; the backend's own sampler settings, see docs/backends.md, plus
+``global-sketch-green``, the configured default; the backend's own sampler settings, see docs/backends.md, plus
 ``--gen-length``/``--steps``); texts are cut at the
 first EOS and those shorter than the scheme's minimum length are left out (counted). TPR is the
 detected fraction of watermarked texts, FPR that of held-out unwatermarked ones.
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-oracle", action="store_true")
-    ap.add_argument("--scheme", default=None, help="registered scheme name (default: the configured default, global-sketch)")
+    ap.add_argument("--scheme", default=None, help="registered scheme name (default: the configured default, global-sketch-green)")
     ap.add_argument("--scheme-params", default="{}", help="the scheme's params as JSON")
     args = ap.parse_args(argv)
 

@@ -223,7 +223,9 @@ def test_real_dlm_smoke_runs_on_a_standin(capsys, one_thread):
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert set(last) >= {"tpr", "fpr", "mean_length_wm", "mean_length_base", "oracle_ppl_ratio"}
     assert 0 <= last["fpr"] <= 1 and 0 <= last["tpr"] <= 1 and last["oracle_ppl_ratio"] is None
-    assert last["scheme"] == "global-sketch"
+    from sketchwm.config import DEFAULT_SCHEME
+
+    assert last["scheme"] == DEFAULT_SCHEME == "global-sketch-green"
     assert mod.main(["--backend", "llada", "--standin", "--n", "4", "--n-cal", "20", "--alpha", "0.05",
                      "--gen-length", "32", "--scheme", "dmark", "--scheme-params", '{"delta": 3.0}']) == 0
     last = json.loads(capsys.readouterr().out.strip().splitlines()[-1])

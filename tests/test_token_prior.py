@@ -117,13 +117,14 @@ def test_cli_prior_estimate_writes_the_configuration_and_detection_checks_it(tin
     assert rc == 0
     spec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     cfg = json.loads((tmp_path / "cfg.json").read_text())
-    assert cfg["scheme"]["params"]["prior"] == spec and spec["tokenizer"] == cfg["tokenizer"] == tiny.tokenizer_fingerprint
+    assert cfg["scheme"]["name"] == "global-sketch-green"  # the default: the prior is its sketch channel's
+    assert cfg["scheme"]["params"]["sketch"]["prior"] == spec and spec["tokenizer"] == cfg["tokenizer"] == tiny.tokenizer_fingerprint
     key = tmp_path / "k.key"
     WatermarkKey(b"c" * 32).save(key)
     text = tmp_path / "t.txt"
     text.write_text(tiny_texts(1, 30, seed=7)[0])
     assert main(["detect", "--key", str(key), "--config", str(tmp_path / "cfg.json"), "--input", str(text), "--json"]) == 0
-    cfg["scheme"]["params"]["prior"]["tokenizer"] = "0123456789abcdef"
+    cfg["scheme"]["params"]["sketch"]["prior"]["tokenizer"] = "0123456789abcdef"
     cfg["tokenizer"] = None
     (tmp_path / "bad.json").write_text(json.dumps(cfg))
     capsys.readouterr()

@@ -34,6 +34,25 @@ def sketchwm_register_commands(subparsers: Any, parents: Any) -> None:
     add_prior_command(subparsers, parents)
 
 
+def with_prior(scheme, params: dict, spec: dict) -> dict:
+    """The scheme's ``params`` with the token prior ``spec`` where the scheme reads it: its own
+    ``prior`` field (``global-sketch``, ``global-sketch-family``), or its sketch channel's
+    (``global-sketch-green``: ``sketch.prior``). Returns a new dict.
+
+    Raises:
+        ConfigError: a scheme with neither (it reads no token prior).
+    """
+    from sketchwm.errors import ConfigError
+
+    fields = type(scheme).Params.model_fields
+    if "prior" in fields:
+        return {**params, "prior": spec}
+    sketch = fields.get("sketch")
+    if sketch is not None and "prior" in getattr(sketch.annotation, "model_fields", {}):
+        return {**params, "sketch": {**dict(params.get("sketch") or {}), "prior": spec}}
+    raise ConfigError(f"scheme {scheme.name!r} reads no token prior: --config-out has nowhere to put it")
+
+
 def cmd_prior_estimate(args: argparse.Namespace) -> int:
     """Estimate, save, print the spec (and write the configuration with ``--config-out``)."""
     from sketchwm.api import Watermarker
@@ -61,7 +80,7 @@ def cmd_prior_estimate(args: argparse.Namespace) -> int:
     spec = prior.spec(os.path.abspath(args.out))
     if args.config_out:
         full = wm.config.model_dump(mode="json")
-        full["scheme"]["params"] = {**full["scheme"].get("params", {}), "prior": spec}
+        full["scheme"]["params"] = with_prior(wm.scheme, full["scheme"].get("params", {}), spec)
         full["tokenizer"] = prior.tokenizer
         with atomic_write(Path(args.config_out)) as fh:
             fh.write(json.dumps(full, indent=2) + "\n")
