@@ -4,9 +4,9 @@ Both schemes under one key score the same random token ids of the shipped model'
 (``score_ids``, the core every public detection path ends in), interleaved, median of
 ``--repeats`` runs after one warm-up each; prints tokens/s of each and the ratio. The two-channel
 scheme's cost is its green channel's (a keyed hash of every (context, token) pair and its first
-occurrence: one C pass per text where the optional extension is built, ``green_counts``) on top of
-the sketch's, so the ratio says what making it the default would cost
-corpus-scale detection (docs/statistics.md, "Two channels").
+occurrence: a C pass per text where the optional extension is built, ``green_counts``) on top of
+the sketch's, so the ratio says what the default (``global-sketch-green`` since 2026-11-27) costs
+corpus-scale detection over the sketch alone (docs/statistics.md, "Two channels").
 
     python benchmarks/detect_cost_two_channels.py            # 2,048 texts × 256 tokens, 5 repeats
 """
