@@ -1,5 +1,8 @@
 """``global-sketch-green``: the global sketch and a context-keyed green channel, embedded together.
 
+The default scheme since 2026-11-27 (:data:`sketchwm.config.DEFAULT_SCHEME`; why: README, "Why the
+default is what it is").
+
 Why. The presence sketch reads each distinct kept token once (seed paper eq. 1 with presence
 features): it is order-invariant and flood-robust, and at high entropy it leads the matched
 leaderboard. At low entropy (T = 0.5, repetitive text, distinct-2 ≈ 0.2) there are few distinct
@@ -40,8 +43,8 @@ P(p ≤ α) ≤ P(p_s ≤ wα) + P(p_g ≤ (1 − w)α) ≤ α on text written w
 channel's own p-value is valid, whatever their dependence. Reordering the tokens destroys the green
 channel's contexts but not the sketch, so a reordered text is still tested at level wα by the
 sketch channel, with only the evidence that channel planted: with the default handover the sketch
-carries the whole tilt at T = 1, and reorder-words at s = 0.5 keeps TPR 1.000 there, as for the
-default; at T = 0.5 the green channel carries it and a reordered text keeps 0.075 (the fixed split
+carries the whole tilt at T = 1, and reorder-words at s = 0.5 keeps TPR 1.000 there, as for
+``global-sketch``; at T = 0.5 the green channel carries it and a reordered text keeps 0.075 (the fixed split
 of the first version, sketch δ 0.25, kept 0.45 at T = 1; docs/statistics.md). Flooding one token adds a new distinct (context, token) pair at every
 insertion (its neighbours differ), diluting the green count, and one token to the sketch. ``score`` = Φ⁻¹(1 − p) (so
 ``score ≥ Φ⁻¹(1 − α)`` ⇔ ``p ≤ α``), ``z`` the z of the channel with the smaller p-value.
@@ -76,13 +79,13 @@ class SketchGreenParams(StrictModel):
     """Parameters of ``global-sketch-green``.
 
     Attributes:
-        sketch: the sketch channel, a full :class:`GlobalSketchParams` (default: the default
-            ``global-sketch`` at δ = 0.25).
+        sketch: the sketch channel, a full :class:`GlobalSketchParams` (default: ``global-sketch``'s
+            defaults with ``coverage_full`` 0.25 and ``marginals: sampled``).
         green: the green channel, :class:`RedGreenDLMParams` (context {−1}, SumHash, γ = 0.25, both
             gradient terms); its ``delta`` δ_g is the green logit shift at s = 1 (default 2).
 
     Default: a handover driven by the coverage of the marginals tokens are drawn from. The sketch
-    channel is the default ``global-sketch`` (δ 0.75) with ``coverage_full`` c* = 0.25 and
+    channel is ``global-sketch`` at its defaults (δ 0.75) with ``coverage_full`` c* = 0.25 and
     ``marginals: sampled``, so per text it takes min(1, c/c*) of its tilt and the green channel (δ_g 2)
     the rest, c = n̂/N the expected fraction of the positions that are distinct kept tokens under
     softmax(l/T). That coverage separates the regimes from the first step (12 development prompts ×
