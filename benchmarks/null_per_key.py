@@ -1,4 +1,4 @@
-"""Fixed-key null: per key, the fraction of human passages with p ≤ 0.01 and p ≤ 0.05.
+"""Fixed-key null: per key, the fraction of human passages with p ≤ 0.01 and p ≤ 0.05 (and p ≤ 0.001 in the JSON line).
 
 A detector's p-value promises P(p ≤ α) ≤ α on text written without the key, *for the key the user
 holds*. This script checks that promise key by key, on the two held-out human domains shipped in
@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> dict:
             for dom, (ids, valid) in texts.items():
                 p = scheme.score_ids(ids, valid).p_value.double()
                 rows.append({"scheme": tag, "key": ki, "domain": dom, "n": int(p.numel()),
+                             "fpr_001": float((p <= 0.001).double().mean()),
                              "fpr_01": float((p <= 0.01).double().mean()), "fpr_05": float((p <= 0.05).double().mean())})
     summary = {}
     print(f"{'scheme':15s} {'domain':18s} {'n':>5s}  {'P(p<=.01) max / mean':>22s}  {'P(p<=.05) max / mean':>22s}")
@@ -116,9 +117,11 @@ def main(argv: list[str] | None = None) -> dict:
         for dom in texts:
             sel = [r for r in rows if r["scheme"] == tag and r["domain"] == dom]
             f1 = np.array([r["fpr_01"] for r in sel]); f5 = np.array([r["fpr_05"] for r in sel])
+            f01 = np.array([r["fpr_001"] for r in sel])  # small α: about one passage per key at 1,100
             summary[f"{tag}/{dom}"] = {"n_texts": sel[0]["n"], "n_keys": len(sel),
                                        "max_01": round(float(f1.max()), 4), "mean_01": round(float(f1.mean()), 4),
-                                       "max_05": round(float(f5.max()), 4), "mean_05": round(float(f5.mean()), 4)}
+                                       "max_05": round(float(f5.max()), 4), "mean_05": round(float(f5.mean()), 4),
+                                       "max_001": round(float(f01.max()), 5), "mean_001": round(float(f01.mean()), 5)}
             s = summary[f"{tag}/{dom}"]
             print(f"{tag:15s} {dom:18s} {s['n_texts']:5d}  {100 * s['max_01']:9.2f}% / {100 * s['mean_01']:5.2f}%  "
                   f"   {100 * s['max_05']:9.2f}% / {100 * s['mean_05']:5.2f}%")

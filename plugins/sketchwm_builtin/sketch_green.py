@@ -272,11 +272,6 @@ class SketchGreenScheme(WatermarkScheme):
         """
         return self.sketch_channel.attribute(ids, valid, n_keys, top=top, chunk=chunk, bank=bank)
 
-    def directions(self, idx: torch.Tensor) -> torch.Tensor:
-        """The sketch channel's Rademacher directions u^{(i)} for members idx (K,) int64: (K, D)
-        (:meth:`GlobalSketchScheme.directions`)."""
-        return self.sketch_channel.directions(idx)
-
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
         """Φ⁻¹(1 − α) on ``score`` (⇔ p ≤ α)."""
         return normal_isf(alpha)
