@@ -194,3 +194,63 @@ def test_committed_coverage_counts_distinct_kept_committed_tokens():
         committed = tokens[b][~masked[b]].tolist()
         assert abs(float(got[b]) - len(set(committed)) / len(committed)) < 1e-6
     assert abs(float(got[3]) - 0.44) < 1e-6
+
+
+def _mixed_coverage_ids(seed: int) -> torch.Tensor:
+    """(40, 64) ids: 20 diverse rows (uniform over the vocabulary) and 20 repetitive ones (3 tokens)."""
+    g = torch.Generator().manual_seed(seed)
+    diverse = torch.randint(5, V, (20, 64), generator=g)
+    few = torch.randint(5, V, (20, 3), generator=g)
+    repetitive = torch.gather(few, 1, torch.randint(0, 3, (20, 64), generator=g))
+    return torch.cat([diverse, repetitive])
+
+
+def test_coverage_weight_is_set_per_text_from_its_observed_coverage():
+    """``weighting: coverage``: p = min(1, p_s/w, p_g/(1 − w)) with w = f + (1 − 2f)·min(1, (n_d/N)/c*) per
+    text, n_d the sketch's distinct kept tokens; a repetitive text gives the green channel most of α, a
+    diverse one the sketch; ``weighting: fixed`` keeps the one weight."""
+    key = _key(8)
+    sk = {**SKETCH, "delta": 0.75, "coverage_full": 0.25}
+    reg = get_registry()
+    both = reg.create("scheme", "global-sketch-green", {"sketch": sk, "weight_floor": 0.1}, key, V)
+    fixed = reg.create("scheme", "global-sketch-green", {"sketch": sk, "weighting": "fixed", "weight": 0.5}, key, V)
+    ids = _mixed_coverage_ids(3)
+    valid = torch.ones_like(ids, dtype=torch.bool)
+    valid[:4, 50:] = False
+    s, g = both.channel_scores(ids, valid)
+    cov = s.n_scored.double() / valid.sum(1).double()
+    w = 0.1 + 0.8 * (cov / 0.25).clamp(max=1.0)
+    assert float(w[:20].min()) > 0.7 and float(w[20:].max()) < 0.3  # diverse → sketch, repetitive → green
+    ps, pg = s.p_value.double(), g.p_value.double()
+    want = torch.clamp(torch.minimum(ps / w, pg / (1.0 - w)), max=1.0)
+    assert torch.allclose(both.score_ids(ids, valid).p_value, want, rtol=1e-12, atol=0)
+    assert torch.allclose(fixed.score_ids(ids, valid).p_value, torch.clamp(2 * torch.minimum(ps, pg), max=1.0),
+                          rtol=1e-12, atol=0)
+    assert "coverage" in both.score_ids(ids, valid).p_value_method
+
+
+def test_coverage_weighted_pvalue_holds_its_level_over_keys():
+    """Text independent of the key, half diverse and half repetitive (the weights differ per text): over
+    200 keys × 40 texts the rate at α = 0.05 is within binomial noise of at most α, and not zero."""
+    ids = _mixed_coverage_ids(5)
+    valid = torch.ones_like(ids, dtype=torch.bool)
+    sk = {**SKETCH, "coverage_full": 0.25}
+    rates = []
+    for i in range(200):
+        both = get_registry().create("scheme", "global-sketch-green", {"sketch": sk}, _key(3000 + i), V)
+        rates.append(float((both.score_ids(ids, valid).p_value <= 0.05).double().mean()))
+    mean = sum(rates) / len(rates)
+    assert 0.0 < mean <= 0.05 + 3 * (0.05 * 0.95 / (200 * 40)) ** 0.5, mean
+
+
+def test_combine_bonferroni_rejects_weights_outside_the_open_interval():
+    from sketchwm_builtin.sketch_green import combine_bonferroni
+
+    p = torch.tensor([0.01, 0.2], dtype=torch.float64)
+    with pytest.raises(ValueError, match="weight"):
+        combine_bonferroni(p, p, torch.tensor([0.5, 1.0], dtype=torch.float64))
+    with pytest.raises(ValueError, match="weight"):
+        combine_bonferroni(p, p, 0.0)
+    half = torch.tensor([0.5, 0.5], dtype=torch.float64)
+    got = combine_bonferroni(p, half, torch.tensor([0.25, 0.5]))  # per text: min(p_s/w, p_g/(1 − w))
+    assert torch.allclose(got, torch.tensor([0.04, 0.4], dtype=torch.float64))

@@ -38,9 +38,29 @@ from the first step (the coverages behind c* = 0.25 are in :class:`SketchGreenPa
 Detection. Two p-values of the same text: p_s, the sketch's fixed-key background null
 (:meth:`GlobalSketchScheme.score_ids`, valid for the key held), and p_g, the exact binomial test on
 the green count of distinct (context hash, token) pairs (:class:`ContextGreenListScheme`), combined
-by weighted Bonferroni: p = min(1, p_s/w, p_g/(1 − w)) with a fixed weight w (``weight``).
-P(p ≤ α) ≤ P(p_s ≤ wα) + P(p_g ≤ (1 − w)α) ≤ α on text written without the key whenever each
-channel's own p-value is valid, whatever their dependence. Reordering the tokens destroys the green
+by weighted Bonferroni: p = min(1, p_s/w, p_g/(1 − w)). P(p ≤ α) ≤ P(p_s ≤ wα) + P(p_g ≤ (1 − w)α)
+≤ α on text written without the key whenever each channel's own p-value is valid, whatever their
+dependence.
+
+The weight w follows the handover (``weighting: coverage``, the default). The embedding gives the
+tilt to the sketch where the coverage c is high and to the green lists where it is low, so a fixed
+w = ½ tests the channel that carries the evidence at α/2 in every regime (z 2.58 instead of 2.33 at
+α = 1%). The detector reads the same statistic from the text: ĉ = n_d/N, the distinct kept tokens per
+token (what the sketch channel scores, ``n_scored``), and sets w = f + (1 − 2f)·min(1, ĉ/c*) per text,
+f = ``weight_floor`` (0.1), c* the sketch's ``coverage_full``. So diverse text (T = 1, ĉ ≈ 0.4) tests
+the sketch at 0.9α and repetitive text (T = 0.5, ĉ ≈ 0.02-0.05) the green lists at about 0.9α. The
+bound still holds when each p-value is valid conditionally on ĉ (the independent-filtering argument,
+Bourgon, Gentleman & Huber 2010): P(p ≤ α) ≤ E[P(p_s ≤ w(ĉ)α | ĉ) + P(p_g ≤ (1 − w(ĉ))α | ĉ)] ≤ α.
+Over keys (text independent of the key) this is exact: ĉ does not depend on the key, and both
+channels' hashes are fresh draws given the text (``tests/test_sketch_green.py`` checks the level
+over 200 keys on texts of mixed coverage). For the one key a user holds it is as approximate as each
+channel's own fixed-key null. The sketch's background null is exact given the length N, not given
+n_d, and T and n_d covary for a fixed key through Σ_v c_k(v) q_v(1 − q_v) over the kept tokens,
+which is small for hashed weights. This is measured, not assumed: ``benchmarks/null_per_key.py``
+reads the per-key rate on two held-out domains (README, "What a detection promises"). f keeps each
+channel at least α/10, so a text whose coverage an adversary moves (flooding one token lowers ĉ)
+is still tested by the sketch. ``weighting: fixed`` with ``weight`` w restores one weight for every
+text. Reordering the tokens destroys the green
 channel's contexts but not the sketch, so a reordered text is still tested at level wα by the
 sketch channel, with only the evidence that channel planted: with the default handover the sketch
 carries the whole tilt at T = 1, and reorder-words at s = 0.5 keeps TPR 1.000 there, as for
@@ -56,7 +76,7 @@ green lists of a ``red-green-dlm`` run under the same key.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -112,8 +132,17 @@ class SketchGreenParams(StrictModel):
             strength per text is δ_g·(1 − min(1, c/c*)) (c = n̂/N the sketch's coverage at the step,
             :attr:`GlobalSketchScheme.coverage`): the channels share one tilt, the sketch taking
             min(1, c/c*) of it and the green lists the rest. False: δ_g at every step.
-        weight: w, the sketch channel's share of α in the weighted Bonferroni p-value
-            min(1, p_s/w, p_g/(1 − w)) (:func:`combine_bonferroni`); fixed, so the level holds.
+        weighting: how the sketch channel's share w of α in the weighted Bonferroni p-value
+            min(1, p_s/w, p_g/(1 − w)) (:func:`combine_bonferroni`) is set. ``coverage`` (default): per
+            text, from the text's observed coverage ĉ = n_d/N (distinct kept tokens per token, the
+            statistic the handover reads while embedding), w = f + (1 − 2f)·min(1, ĉ/c*), f =
+            ``weight_floor``: the channel that carried the tilt gets most of α (module doc, "Detection",
+            for why the level still holds); needs the sketch's ``coverage_full`` c* (``fixed`` without it).
+            ``fixed``: w = ``weight`` for every text.
+        weight: w of ``weighting: fixed``.
+        weight_floor: f ∈ (0, ½], the least share of α either channel keeps under ``coverage``
+            weighting (default 0.1: a text whose coverage an adversary moves, e.g. by flooding, is still
+            tested by each channel at level ≥ α/10).
         min_tokens: shortest text the detector accepts (tokens of text).
     """
 
@@ -121,30 +150,36 @@ class SketchGreenParams(StrictModel):
     green: RedGreenDLMParams = RedGreenDLMParams(delta=2.0)
     scale: float = Field(1.0, ge=0)
     handover: bool = True
+    weighting: Literal["coverage", "fixed"] = "coverage"
     weight: float = Field(0.5, gt=0, lt=1)
+    weight_floor: float = Field(0.1, gt=0, le=0.5)
     min_tokens: int = Field(16, ge=1)
 
 
-def combine_bonferroni(p_sketch: torch.Tensor, p_green: torch.Tensor, weight: float = 0.5) -> torch.Tensor:
+def combine_bonferroni(p_sketch: torch.Tensor, p_green: torch.Tensor,
+                       weight: float | torch.Tensor = 0.5) -> torch.Tensor:
     """Weighted Bonferroni over two tests: p = min(1, p_s/w, p_g/(1 − w)), w = ``weight``.
 
     P(p ≤ α) ≤ P(p_s ≤ wα) + P(p_g ≤ (1 − w)α) ≤ α when each p-value is valid, under any dependence
     between them (the weighted Bonferroni test, e.g. Genovese, Roeder & Wasserman 2006). w = ½ is
-    the plain Bonferroni bound 2·min(p_s, p_g).
+    the plain Bonferroni bound 2·min(p_s, p_g). A per-text w keeps the bound when each p-value is
+    valid conditionally on what w is computed from (Bourgon, Gentleman & Huber 2010, independent
+    filtering): E[P(p_s ≤ wα | w) + P(p_g ≤ (1 − w)α | w)] ≤ α.
 
     Args:
         p_sketch, p_green: (B,) float64 p-values (NaN stays NaN).
-        weight: w in (0, 1), the share of α given to the sketch channel.
+        weight: w in (0, 1), the share of α given to the sketch channel: a float, or (B,) float64 per text.
 
     Returns:
         (B,) float64.
 
     Raises:
-        ValueError: w outside (0, 1).
+        ValueError: a w outside (0, 1).
     """
-    if not 0.0 < weight < 1.0:
+    w = torch.as_tensor(weight, dtype=torch.float64)
+    if not bool(((w > 0.0) & (w < 1.0)).all()):
         raise ValueError(f"weight must lie in (0, 1), got {weight}")
-    return torch.clamp(torch.minimum(p_sketch.double() / weight, p_green.double() / (1.0 - weight)), max=1.0)
+    return torch.clamp(torch.minimum(p_sketch.double() / w, p_green.double() / (1.0 - w)), max=1.0)
 
 
 class SketchGreenScheme(WatermarkScheme):
@@ -247,17 +282,39 @@ class SketchGreenScheme(WatermarkScheme):
         """
         s, g = self.channel_scores(ids, valid)
         p_s, p_g = s.p_value.double().cpu(), g.p_value.double().cpu()
-        pv = combine_bonferroni(p_s, p_g, self.params.weight)
+        w = self.sketch_weight(s.n_scored.cpu(), valid.sum(1).cpu())
+        pv = combine_bonferroni(p_s, p_g, w)
         from scipy.special import ndtri
 
         # Φ⁻¹(1 − p), finite at both ends: p = 1 (neither channel has evidence, e.g. a Bonferroni
         # bound above 1) reads as the largest double below 1, not −∞ (a calibrated threshold must be finite)
         score = torch.from_numpy(-ndtri(np.clip(pv.numpy(), 1e-300, np.nextafter(1.0, 0.0))))
         z = torch.where(p_s <= p_g, s.z.double().cpu(), g.z.double().cpu())
-        w = self.params.weight
-        how = (f"weighted Bonferroni over two channels (w = {w:g}): sketch [{s.p_value_method}] and green "
+        if isinstance(w, float):
+            rule = f"w = {w:g}"
+        else:
+            f, c = self.params.weight_floor, self.sketch_channel.params.coverage_full
+            rule = f"w = {f:g} + {1 - 2 * f:g}·min(1, coverage/{c:g}) per text"
+        how = (f"weighted Bonferroni over two channels ({rule}): sketch [{s.p_value_method}] and green "
                f"[{g.p_value_method}]")
         return SchemeScores(score, z, pv, s.n_scored.cpu(), how)
+
+    def sketch_weight(self, n_distinct: torch.Tensor, n_tokens: torch.Tensor) -> float | torch.Tensor:
+        """The sketch channel's share w of α per text (``weighting``, :class:`SketchGreenParams`).
+
+        Args:
+            n_distinct: (B,) int64, distinct kept tokens n_d of each text (the sketch's ``n_scored``).
+            n_tokens: (B,) int64, tokens N of each text.
+
+        Returns:
+            the float ``weight`` under ``weighting: fixed`` (or without the sketch's ``coverage_full``);
+            else (B,) float64 w = f + (1 − 2f)·min(1, (n_d/N)/c*), in [f, 1 − f].
+        """
+        p, full = self.params, self.sketch_channel.params.coverage_full
+        if p.weighting == "fixed" or full is None:
+            return float(p.weight)
+        cov = n_distinct.double() / n_tokens.double().clamp_min(1.0)
+        return p.weight_floor + (1.0 - 2.0 * p.weight_floor) * (cov / full).clamp(max=1.0)
 
     def attribute(self, ids: torch.Tensor, valid: torch.Tensor, n_keys: int, top: int = 5, chunk: int = 8192,
                   bank: Any = None) -> Any:
