@@ -548,6 +548,12 @@ def standardise(stat: torch.Tensor, mean: torch.Tensor, var: torch.Tensor) -> to
     Returns:
         float64 tensor of the broadcast shape.
     """
+    if all(not torch.is_tensor(x) or x.device.type == "cpu" for x in (stat, mean, var)):
+        # numpy on the CPU: a small torch op after a parallel one waits on torch's thread pool (~ms)
+        st, mu, va = (np.asarray(x.detach().numpy() if torch.is_tensor(x) else x, dtype=np.float64)
+                      for x in (stat, mean, var))
+        z = np.where(va > 0, (st - mu) / np.sqrt(np.maximum(va, 1e-300)), 0.0)
+        return torch.from_numpy(np.asarray(z, dtype=np.float64))  # np.where broadcasts into a new array
     stat, mean, var = torch.as_tensor(stat).double(), torch.as_tensor(mean).double(), torch.as_tensor(var).double()
     return torch.where(var > 0, (stat - mean) / var.clamp_min(1e-300).sqrt(), torch.zeros_like(stat))
 
@@ -560,6 +566,10 @@ def scores_from_log_p(log_p: torch.Tensor, z: torch.Tensor, n: torch.Tensor, met
         log_p: (B,) float64 natural-log p-values; z: (B,) z-scores; n: (B,) tokens scored.
         method: how the p-value was computed.
     """
+    if log_p.device.type == "cpu":  # numpy: see standardise
+        lp = log_p.detach().numpy().astype(np.float64, copy=False)
+        return SchemeScores(score=torch.from_numpy(-lp / math.log(10.0)), z=z.double(), p_value=torch.from_numpy(np.exp(lp)),
+                            n_scored=n.long(), p_value_method=method)
     return SchemeScores(
         score=(-log_p / math.log(10.0)).double(), z=z.double(), p_value=log_p.exp().double(),
         n_scored=n.long(), p_value_method=method,

@@ -176,10 +176,12 @@ def combine_bonferroni(p_sketch: torch.Tensor, p_green: torch.Tensor,
     Raises:
         ValueError: a w outside (0, 1).
     """
-    w = torch.as_tensor(weight, dtype=torch.float64)
+    w = np.asarray(weight.cpu().numpy() if torch.is_tensor(weight) else weight, dtype=np.float64)
     if not bool(((w > 0.0) & (w < 1.0)).all()):
         raise ValueError(f"weight must lie in (0, 1), got {weight}")
-    return torch.clamp(torch.minimum(p_sketch.double() / w, p_green.double() / (1.0 - w)), max=1.0)
+    ps, pg = (x.detach().double().cpu().numpy() for x in (p_sketch, p_green))  # numpy: see score_ids
+    out = torch.from_numpy(np.minimum(np.minimum(ps / w, pg / (1.0 - w)), 1.0))
+    return out.to(p_sketch.device)
 
 
 class SketchGreenScheme(WatermarkScheme):
@@ -281,15 +283,17 @@ class SketchGreenScheme(WatermarkScheme):
             InputError: ids outside [0, V).
         """
         s, g = self.channel_scores(ids, valid)
+        # (B,) arithmetic in numpy: a small torch op after the channels' threads waits on torch's pool
         p_s, p_g = s.p_value.double().cpu(), g.p_value.double().cpu()
-        w = self.sketch_weight(s.n_scored.cpu(), valid.sum(1).cpu())
+        n_tokens = torch.from_numpy(np.count_nonzero(valid.cpu().numpy(), axis=1))
+        w = self.sketch_weight(s.n_scored.cpu(), n_tokens)
         pv = combine_bonferroni(p_s, p_g, w)
         from scipy.special import ndtri
 
         # Φ⁻¹(1 − p), finite at both ends: p = 1 (neither channel has evidence, e.g. a Bonferroni
         # bound above 1) reads as the largest double below 1, not −∞ (a calibrated threshold must be finite)
         score = torch.from_numpy(-ndtri(np.clip(pv.numpy(), 1e-300, np.nextafter(1.0, 0.0))))
-        z = torch.where(p_s <= p_g, s.z.double().cpu(), g.z.double().cpu())
+        z = torch.from_numpy(np.where(p_s.numpy() <= p_g.numpy(), s.z.double().cpu().numpy(), g.z.double().cpu().numpy()))
         if isinstance(w, float):
             rule = f"w = {w:g}"
         else:
@@ -313,8 +317,8 @@ class SketchGreenScheme(WatermarkScheme):
         p, full = self.params, self.sketch_channel.params.coverage_full
         if p.weighting == "fixed" or full is None:
             return float(p.weight)
-        cov = n_distinct.double() / n_tokens.double().clamp_min(1.0)
-        return p.weight_floor + (1.0 - 2.0 * p.weight_floor) * (cov / full).clamp(max=1.0)
+        cov = n_distinct.cpu().numpy().astype(np.float64) / np.maximum(n_tokens.cpu().numpy(), 1)
+        return torch.from_numpy(p.weight_floor + (1.0 - 2.0 * p.weight_floor) * np.minimum(cov / full, 1.0))
 
     def attribute(self, ids: torch.Tensor, valid: torch.Tensor, n_keys: int, top: int = 5, chunk: int = 8192,
                   bank: Any = None) -> Any:
