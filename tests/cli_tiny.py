@@ -43,6 +43,18 @@ def subprocess_env() -> dict[str, str]:
     return env
 
 
+def sigint_default() -> None:
+    """``preexec_fn`` for a child that a test interrupts with SIGINT: restore SIGINT's default action.
+
+    A shell without job control starts background commands (``cmd &``, ``nohup ... &``) with SIGINT
+    ignored, children inherit that, and Python does not install its KeyboardInterrupt handler for a
+    signal ignored at start-up: the interrupt tests would then test how CI was launched, not the CLI.
+    """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def cli_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "sketchwm.cli", *args]
 

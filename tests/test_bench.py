@@ -18,6 +18,7 @@ import pandas as pd
 import torch
 import pytest
 
+from cli_tiny import sigint_default
 from sketchwm.bench.config import BenchConfig, load_config
 from sketchwm.bench.leaderboard import build_leaderboard
 from sketchwm.bench.results import TIMING_COLUMNS, done_cells, read_results
@@ -100,7 +101,8 @@ def _start_grid(cfg_path, out, min_parts):
     least ``min_parts`` finished parts, the grid still running."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "plugins"), str(ROOT / "attacks")])}
     cmd = [sys.executable, "-m", "sketchwm.cli", "bench", "run", str(cfg_path), "--out", str(out), "--quiet"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=sigint_default)
     deadline = time.time() + 600  # generous: a loaded machine can take minutes to import and start
     while time.time() < deadline and proc.poll() is None and len(done_cells(out)) < min_parts:
         time.sleep(0.02)

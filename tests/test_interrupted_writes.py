@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_tiny import GEN_SMALL, cli_cmd, save_tiny_model, subprocess_env, tiny_args
+from cli_tiny import GEN_SMALL, cli_cmd, save_tiny_model, sigint_default, subprocess_env, tiny_args
 from sketchwm.cli import main
 
 
@@ -61,7 +61,8 @@ def test_interrupted_write_keeps_every_existing_file(setup, tmp_path, cmd, sig):
         before[str(prompts)] = prompts.read_bytes()
         args = cli_cmd("generate", "--key", str(setup["key"]), "--prompts", str(prompts), "--out", str(out),
                        "--batch-size", "4", *GEN_SMALL, *tiny_args(setup["model"]))
-    proc = subprocess.Popen(args, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(args, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=sigint_default)
     deadline = time.monotonic() + 240
     mid_write = False
     while time.monotonic() < deadline and proc.poll() is None:
