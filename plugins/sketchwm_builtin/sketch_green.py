@@ -64,7 +64,7 @@ text. Reordering the tokens destroys the green
 channel's contexts but not the sketch, so a reordered text is still tested at level wα by the
 sketch channel, with only the evidence that channel planted: with the default handover the sketch
 carries the whole tilt at T = 1, and reorder-words at s = 0.5 keeps TPR 1.000 there, as for
-``global-sketch``; at T = 0.5 the green channel carries it and a reordered text keeps 0.075 (the fixed split
+``global-sketch``; at T = 0.5 the green channel carries it and a reordered text keeps 0.175 of 0.425 (the robust-green board, per-text weight; the fixed split
 of the first version, sketch δ 0.25, kept 0.45 at T = 1; docs/statistics.md). Flooding one token adds a new distinct (context, token) pair at every
 insertion (its neighbours differ), diluting the green count, and one token to the sketch. ``score`` = Φ⁻¹(1 − p) (so
 ``score ≥ Φ⁻¹(1 − α)`` ⇔ ``p ≤ α``), ``z`` the z of the channel with the smaller p-value.
