@@ -106,14 +106,18 @@ def test_combined_pvalue_holds_its_level_over_keys():
     is within binomial noise of at most α (the Bonferroni bound of two valid tests), and at least
     one channel is not trivially conservative (the rate is not zero)."""
     g = torch.Generator().manual_seed(5)
-    ids = torch.randint(5, V, (40, 64), generator=g)
+    mean = _rate_over_keys(torch.randint(5, V, (40, 64), generator=g), SKETCH, first_key=1000)
+    assert 0.0 < mean <= 0.05 + 3 * (0.05 * 0.95 / (200 * 40)) ** 0.5, mean
+
+
+def _rate_over_keys(ids: torch.Tensor, sketch: dict, first_key: int, n_keys: int = 200, alpha: float = 0.05) -> float:
+    """Mean over ``n_keys`` keys of the fraction of ``ids`` (B, N) whose combined p-value is ≤ α."""
     valid = torch.ones_like(ids, dtype=torch.bool)
     rates = []
-    for i in range(200):
-        both = get_registry().create("scheme", "global-sketch-green", {"sketch": SKETCH}, _key(1000 + i), V)
-        rates.append(float((both.score_ids(ids, valid).p_value <= 0.05).double().mean()))
-    mean = sum(rates) / len(rates)
-    assert 0.0 < mean <= 0.05 + 3 * (0.05 * 0.95 / (200 * 40)) ** 0.5, mean
+    for i in range(n_keys):
+        both = get_registry().create("scheme", "global-sketch-green", {"sketch": sketch}, _key(first_key + i), V)
+        rates.append(float((both.score_ids(ids, valid).p_value <= alpha).double().mean()))
+    return sum(rates) / len(rates)
 
 
 def test_generated_text_is_detected_and_reordering_keeps_the_sketch_channel(tiny):
@@ -232,14 +236,7 @@ def test_coverage_weight_is_set_per_text_from_its_observed_coverage():
 def test_coverage_weighted_pvalue_holds_its_level_over_keys():
     """Text independent of the key, half diverse and half repetitive (the weights differ per text): over
     200 keys × 40 texts the rate at α = 0.05 is within binomial noise of at most α, and not zero."""
-    ids = _mixed_coverage_ids(5)
-    valid = torch.ones_like(ids, dtype=torch.bool)
-    sk = {**SKETCH, "coverage_full": 0.25}
-    rates = []
-    for i in range(200):
-        both = get_registry().create("scheme", "global-sketch-green", {"sketch": sk}, _key(3000 + i), V)
-        rates.append(float((both.score_ids(ids, valid).p_value <= 0.05).double().mean()))
-    mean = sum(rates) / len(rates)
+    mean = _rate_over_keys(_mixed_coverage_ids(5), {**SKETCH, "coverage_full": 0.25}, first_key=3000)
     assert 0.0 < mean <= 0.05 + 3 * (0.05 * 0.95 / (200 * 40)) ** 0.5, mean
 
 
