@@ -6,7 +6,8 @@ holds*. This script checks that promise key by key, on the two held-out human do
 model's corpus and from the token prior; nothing was fitted on them), for each scheme configuration:
 
 * ``default`` — the shipped default, :data:`sketchwm.config.DEFAULT_SCHEME` (``global-sketch-green``:
-  the presence sketch's background null and a context-keyed green channel, Bonferroni over the two);
+  the presence sketch's background null, a context-keyed green channel and a keyed-sampling channel,
+  weighted Bonferroni over the three);
 * ``sketch`` — ``global-sketch`` alone (presence sketch, background null; the default's sketch channel);
 * ``count`` — the paper's plain count sketch with its key-randomised exact p-value;
 * ``unigram`` — the Unigram baseline (exact hypergeometric p-value under a random key);
@@ -16,11 +17,14 @@ model's corpus and from the token prior; nothing was fitted on them), for each s
   Bonferroni family test and the studentised spread test with 32 decoy keys; its p-value is never
   below the family test's, so ``--params '{"family": {"spread_test": false}}'`` measures a bound
   that holds for every spread test);
-* ``green`` — ``global-sketch-green``, the default's sketch and a context-keyed green channel,
-  Bonferroni over the two channels' p-values;
-* ``red-green-dlm`` — the red-green DLM baseline (exact binomial on distinct (hash, token) pairs).
+* ``green`` — ``global-sketch-green`` with ``sampling: free``: the default's sketch and green
+  channels without the keyed-sampling one, Bonferroni over the two channels' p-values;
+* ``red-green-dlm`` — the red-green DLM baseline (exact binomial on distinct (hash, token) pairs);
+* ``aar-gumbel`` — Aaronson's Gumbel-max detector, context {−1} (exact Gamma(n, 1) tail on distinct
+  (hash, token) pairs): the default's keyed-sampling channel alone (under the key itself, not the
+  default's subkey; per key the two are draws of the same kind).
 
-The last five are run only when named (e.g. ``--schemes dmark gumbel-position family``).
+The last six are run only when named (e.g. ``--schemes dmark gumbel-position family``).
 
 Keys are fresh random keys (``secrets``) unless ``--seed`` is given (keys then derive from the seed
 by SHA-256, for a reproducible draw). Texts are tokenised once with the default model's tokenizer;
@@ -52,8 +56,9 @@ SCHEMES = {
     "dmark": ("dmark", {}),
     "gumbel-position": ("gumbel-position", {}),
     "family": ("global-sketch-family", {}),
-    "green": ("global-sketch-green", {}),
+    "green": ("global-sketch-green", {"sampling": "free"}),
     "red-green-dlm": ("red-green-dlm", {}),
+    "aar-gumbel": ("aar-gumbel", {}),
 }
 #: the tags run when ``--schemes`` is not given
 DEFAULT_SCHEMES = ("default", "sketch", "count", "unigram")

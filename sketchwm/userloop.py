@@ -21,12 +21,15 @@ Dream (``diffusion_generate(..., generation_logits_hook_func=dream_logits_hook(w
 shifts its logits before calling the hook, so the hook receives aligned logits.
 
 Limits: schemes that replace the sampling noise (``WatermarkScheme.noise == "keyed"``: the
-distortion-free baselines) need the engine; :class:`LogitsTilter` refuses them. The prompt is everything left of
+distortion-free baselines) need the engine; :class:`LogitsTilter` refuses them. The default
+``global-sketch-green`` also keys the sampling noise, but its tilt is a watermark without it
+(``noise_required = False``): a user loop runs the tilt alone, with a warning. The prompt is everything left of
 the first column that is masked in every row at step 0.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -49,7 +52,9 @@ class LogitsTilter:
             still inside the text, and EOS is never tilted (see ``WatermarkScheme.set_stop_token``).
 
     Raises:
-        ConfigError: the scheme supplies the sampling noise (``noise == "keyed"``) or steers the
+        ConfigError: the scheme supplies the sampling noise (``noise == "keyed"``) and is no watermark
+            without it (``noise_required``, True unless the scheme says otherwise: the default
+            ``global-sketch-green`` runs its tilt alone here, with a warning) or steers the
             unmasking order at every temperature (``dgmark``; a global sketch with ``order="steer"``:
             a hook sees logits, not the order; the default global sketch tilts here, at any
             temperature); vocabulary mismatch.
@@ -57,8 +62,13 @@ class LogitsTilter:
 
     def __init__(self, scheme: WatermarkScheme, backend: DLMBackend, steps: int, stop_at_eos: bool = True):
         if scheme.noise != "sampler":
-            raise ConfigError(f"scheme '{scheme.name}' replaces the sampling noise; "
-                              "use sketchwm's engine (Watermarker.generate) for it")
+            if getattr(scheme, "noise_required", True):
+                raise ConfigError(f"scheme '{scheme.name}' replaces the sampling noise; "
+                                  "use sketchwm's engine (Watermarker.generate) for it")
+            warnings.warn(f"scheme '{scheme.name}' also watermarks through keyed sampling noise, which a logits "
+                          "hook cannot supply: this loop embeds its tilt alone, and the detector still gives the "
+                          "keyed-sampling channel its share of alpha (build the scheme with 'sampling: free' to give "
+                          "that share to the tilt)", stacklevel=2)
         if scheme.steers_order(1.0):
             raise ConfigError(f"scheme '{scheme.name}' steers the unmasking order, which a logits hook cannot do; "
                               "use sketchwm's engine (Watermarker.generate) for it")

@@ -14,7 +14,7 @@ import torch
 from sketchwm.components import DenoiseStep, Marginals
 from sketchwm.keys import WatermarkKey
 from sketchwm.registry import get_registry
-from sketchwm_builtin.sketch_green import GREEN_DOMAIN
+from sketchwm_builtin.sketch_green import GREEN_DOMAIN, SAMPLING_DOMAIN
 
 V = 120
 MASK = 4
@@ -42,7 +42,7 @@ def _state(B: int, G: int, seed: int) -> DenoiseStep:
 def _schemes(scale: float, key: WatermarkKey):
     reg = get_registry()
     both = reg.create("scheme", "global-sketch-green", {"sketch": {**SKETCH, "delta": 0.75}, "green": {"delta": 1.5},
-                                                        "scale": scale}, key, V)
+                                                        "scale": scale, "sampling": "free"}, key, V)
     sketch = reg.create("scheme", "global-sketch", {**SKETCH, "delta": 0.75 * scale}, key, V)
     green = reg.create("scheme", "red-green-dlm", {"delta": 1.5 * scale}, key.subkey(GREEN_DOMAIN), V)
     return both, sketch, green
@@ -82,7 +82,7 @@ def test_pvalue_is_bonferroni_over_the_channels_and_the_green_key_is_separate():
     ps, pg = sketch.score_ids(ids, valid).p_value.double(), green.score_ids(ids, valid).p_value.double()
     assert torch.allclose(out.p_value, torch.clamp(2 * torch.minimum(ps, pg), max=1.0), rtol=1e-12, atol=0)
     w8 = get_registry().create("scheme", "global-sketch-green", {"sketch": {**SKETCH, "delta": 0.75}, "green": {"delta": 1.5},
-                                                                 "weight": 0.8}, key, V).score_ids(ids, valid).p_value
+                                                                 "weight": 0.8, "sampling": "free"}, key, V).score_ids(ids, valid).p_value
     assert torch.allclose(w8, torch.clamp(torch.minimum(ps / 0.8, pg / 0.2), max=1.0), rtol=1e-12, atol=0)
     plain = get_registry().create("scheme", "red-green-dlm", {}, key, V).score_ids(ids, valid).p_value.double()
     assert not torch.allclose(plain, pg)
@@ -133,12 +133,12 @@ def test_generated_text_is_detected_and_reordering_keeps_the_sketch_channel(tiny
     out = sampler.generate(["the water", "a man said", "many new words", "we"] * 2, torch.Generator().manual_seed(0))
     ids = out.ids
     valid = torch.ones_like(ids, dtype=torch.bool)
-    s, gch = both.channel_scores(ids, valid)
+    s, *_ = both.channel_scores(ids, valid)
     res = both.score_ids(ids, valid)
     assert float(res.p_value.median()) < 1e-3
     perm = torch.argsort(torch.rand(ids.shape, generator=torch.Generator().manual_seed(1)) + (~valid) * 2.0, dim=1)
     shuffled, vs = torch.gather(ids, 1, perm), torch.gather(valid, 1, perm)
-    s2, _ = both.channel_scores(shuffled, vs)
+    s2, *_ = both.channel_scores(shuffled, vs)
     assert torch.allclose(s2.p_value, s.p_value)
 
 
@@ -216,8 +216,9 @@ def test_coverage_weight_is_set_per_text_from_its_observed_coverage():
     key = _key(8)
     sk = {**SKETCH, "delta": 0.75, "coverage_full": 0.25}
     reg = get_registry()
-    both = reg.create("scheme", "global-sketch-green", {"sketch": sk, "weight_floor": 0.1}, key, V)
-    fixed = reg.create("scheme", "global-sketch-green", {"sketch": sk, "weighting": "fixed", "weight": 0.5}, key, V)
+    both = reg.create("scheme", "global-sketch-green", {"sketch": sk, "weight_floor": 0.1, "sampling": "free"}, key, V)
+    fixed = reg.create("scheme", "global-sketch-green", {"sketch": sk, "weighting": "fixed", "weight": 0.5,
+                                                         "sampling": "free"}, key, V)
     ids = _mixed_coverage_ids(3)
     valid = torch.ones_like(ids, dtype=torch.bool)
     valid[:4, 50:] = False
@@ -251,3 +252,128 @@ def test_combine_bonferroni_rejects_weights_outside_the_open_interval():
     half = torch.tensor([0.5, 0.5], dtype=torch.float64)
     got = combine_bonferroni(p, half, torch.tensor([0.25, 0.5]))  # per text: min(p_s/w, p_g/(1 − w))
     assert torch.allclose(got, torch.tensor([0.04, 0.4], dtype=torch.float64))
+
+
+def test_combine_weighted_bonferroni_checks_its_weights():
+    """J tests: p = min(1, min_j p_j/w_j); weights outside (0, 1), summing above 1, or one per p-value
+    missing are refused."""
+    from sketchwm_builtin.sketch_green import combine_weighted_bonferroni
+
+    p = [torch.tensor([0.01, 0.3], dtype=torch.float64), torch.tensor([0.02, 0.3], dtype=torch.float64),
+         torch.tensor([0.004, 0.3], dtype=torch.float64)]
+    got = combine_weighted_bonferroni(p, [0.4, 0.4, 0.2])
+    assert torch.allclose(got, torch.tensor([0.02, 0.75], dtype=torch.float64))
+    with pytest.raises(ValueError, match="sum to at most 1"):
+        combine_weighted_bonferroni(p, [0.5, 0.4, 0.2])
+    with pytest.raises(ValueError, match="one weight per p-value"):
+        combine_weighted_bonferroni(p, [0.5, 0.5])
+    with pytest.raises(ValueError, match="must lie in"):
+        combine_weighted_bonferroni(p[:2], [1.0, 0.5])
+
+
+def test_keyed_sampling_channel_is_a_third_bonferroni_share():
+    """``sampling: keyed`` (the default): p = min(1, p_s/((1 − a)w), p_g/(1 − w), p_k/(a·w)), p_k the
+    aar-gumbel p-value under the domain-separated subkey; ``sampling: free`` has two channels."""
+    key = _key(9)
+    sk = {**SKETCH, "delta": 0.75, "coverage_full": 0.25}
+    reg = get_registry()
+    both = reg.create("scheme", "global-sketch-green", {"sketch": sk, "sampling_weight": 0.3}, key, V)
+    assert both.noise == "keyed" and both.sampling_channel is not None
+    free = reg.create("scheme", "global-sketch-green", {"sketch": sk, "sampling": "free"}, key, V)
+    assert free.noise == "sampler" and free.sampling_channel is None and len(free.channel_scores(
+        torch.randint(5, V, (2, 30)), torch.ones(2, 30, dtype=torch.bool))) == 2
+    gumbel = reg.create("scheme", "aar-gumbel", {"repeats": "fresh"}, key.subkey(SAMPLING_DOMAIN), V)
+    ids = _mixed_coverage_ids(4)
+    valid = torch.ones_like(ids, dtype=torch.bool)
+    s, g, k = both.channel_scores(ids, valid)
+    assert torch.allclose(k.p_value.double(), gumbel.score_ids(ids, valid).p_value.double(), rtol=1e-12, atol=0)
+    plain = reg.create("scheme", "aar-gumbel", {}, key, V).score_ids(ids, valid).p_value.double()
+    assert not torch.allclose(plain, k.p_value.double())  # the subkey, not the key itself
+    w = 0.1 + 0.8 * (s.n_scored.double() / 64 / 0.25).clamp(max=1.0)
+    want = torch.stack([s.p_value.double() / (0.7 * w), g.p_value.double() / (1 - w),
+                        k.p_value.double() / (0.3 * w)]).min(0).values.clamp(max=1.0)
+    out = both.score_ids(ids, valid)
+    assert torch.allclose(out.p_value, want, rtol=1e-12, atol=0)
+    assert "three channels" in out.p_value_method
+
+
+def test_three_channel_pvalue_holds_its_level_over_keys():
+    """The default's three channels on text independent of the key (half diverse, half repetitive):
+    over 200 keys × 40 texts the rate at α = 0.05 is within binomial noise of at most α, and not zero."""
+    mean = _rate_over_keys(_mixed_coverage_ids(6), {**SKETCH, "coverage_full": 0.25}, first_key=5000)
+    assert 0.0 < mean <= 0.05 + 3 * (0.05 * 0.95 / (200 * 40)) ** 0.5, mean
+
+
+def _keyed_generation(tiny, params: dict, seed: int = 0):
+    from sketchwm.engine import MaskedDiffusionSampler
+
+    scheme = get_registry().create("scheme", "global-sketch-green", {"sketch": {"prior": {"source": "uniform"}}, **params},
+                                   _key(10), tiny.vocab_size)
+    sampler = MaskedDiffusionSampler(tiny, {"gen_length": 48, "block_length": 48, "steps": 24, "temperature": 1.0,
+                                            "stop_at_eos": False}, scheme)
+    out = sampler.generate(["the water", "a man said", "many new words", "we"] * 3, torch.Generator().manual_seed(seed))
+    return scheme, out.ids
+
+
+def test_keyed_sampling_marks_generated_text_and_keys_each_context_once(tiny):
+    """On the tiny model at scale 0 (no tilt): the keyed-sampling channel alone detects the text (its
+    p-value is small), the same generation with the sampler's noise is not detected by it; with
+    ``repeats: fresh`` no two committed positions of a text were keyed with the same context hash,
+    while ``repeats: keyed`` reuses rows (the tiny model's text repeats contexts)."""
+    scheme, ids = _keyed_generation(tiny, {"scale": 0.0})
+    valid = torch.ones_like(ids, dtype=torch.bool)
+    k = scheme.channel_scores(ids, valid)[2]
+    assert float(k.p_value.median()) < 1e-3
+    record = scheme.sampling_channel._keyed  # (B, G): hash each committed position was keyed with, −1 = fresh noise
+    for row in record:
+        used = row[row >= 0]
+        assert used.numel() > 5 and used.unique().numel() == used.numel()
+    free, ids_free = _keyed_generation(tiny, {"scale": 0.0, "sampling": "free"})
+    assert float(scheme.channel_scores(ids_free, valid)[2].p_value.median()) > 0.05
+    again, _ = _keyed_generation(tiny, {"scale": 0.0, "keyed": {"repeats": "keyed"}})
+    assert again.sampling_channel._keyed is None  # the record is kept only for repeats: fresh
+    ctx = ids[:, :-1]  # context {−1}: the previous token
+    assert any(r.unique().numel() < r.numel() for r in ctx)  # repeated contexts exist, so the test above can fail
+
+
+def test_user_loop_runs_the_default_tilt_alone_with_a_warning(tiny):
+    """A logits hook cannot supply keyed noise: the default (keyed sampling) is accepted with a warning
+    and tilts as the engine would; a scheme that is nothing without its noise (aar-gumbel) is refused."""
+    from sketchwm.errors import ConfigError
+    from sketchwm.userloop import LogitsTilter
+
+    default = get_registry().create("scheme", "global-sketch-green", {"sketch": {"prior": {"source": "uniform"}}},
+                                    _key(11), tiny.vocab_size)
+    with pytest.warns(UserWarning, match="keyed sampling noise"):
+        LogitsTilter(default, tiny, steps=8)
+    with pytest.raises(ConfigError, match="replaces the sampling noise"):
+        LogitsTilter(get_registry().create("scheme", "aar-gumbel", {}, _key(11), tiny.vocab_size), tiny, steps=8)
+
+
+def test_keyed_channel_scores_the_sketchs_kept_tokens_only(tmp_path):
+    """``keyed_scores: kept`` (default): the keyed channel scores the distinct (context, token) pairs whose
+    token the sketch keeps (not among its ``exclude_top`` most frequent prior tokens); ``all`` scores
+    every pair, as aar-gumbel does."""
+    import numpy as np
+
+    counts = np.ones(V)
+    counts[5:25] = 1e4  # 20 frequent tokens: the sketch's exclude_top 20 drops them
+    np.save(tmp_path / "prior.npy", counts)
+    sk = {"prior": {"source": "file", "path": str(tmp_path / "prior.npy")},
+          "sketch": {"name": "count-sketch", "params": {"d": 4, "w": 64, "counting": "presence", "exclude_top": 20}}}
+    key = _key(12)
+    reg = get_registry()
+    kept = reg.create("scheme", "global-sketch-green", {"sketch": sk}, key, V)
+    every = reg.create("scheme", "global-sketch-green", {"sketch": sk, "keyed_scores": "all"}, key, V)
+    assert int(kept.sketch_channel.sketch.keep[5:25].sum()) == 0 and bool(kept.sketch_channel.sketch.keep[25:].all())
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(5, V, (30, 40), generator=g)
+    ids[0] = torch.randint(5, 25, (40,), generator=g)  # only excluded tokens: nothing to score
+    valid = torch.ones_like(ids, dtype=torch.bool)
+    k_kept, k_all = kept.channel_scores(ids, valid)[2], every.channel_scores(ids, valid)[2]
+    plain = reg.create("scheme", "aar-gumbel", {"repeats": "fresh"}, key.subkey(SAMPLING_DOMAIN), V).score_ids(ids, valid)
+    assert torch.equal(k_all.n_scored, plain.n_scored)
+    for b in range(ids.shape[0]):
+        pairs = {(int(ids[b, i - 1]), int(ids[b, i])) for i in range(1, ids.shape[1]) if int(ids[b, i]) >= 25}
+        assert int(k_kept.n_scored[b]) == len(pairs)
+    assert int(k_kept.n_scored[0]) == 0 and int(k_all.n_scored[0]) > 0

@@ -18,6 +18,16 @@ Keying (``keying``):
   * ``position``: r_v = PRF(k, i·V + v) for generation position i (the text must start at the
     first generated token for detection; not robust to insertions/deletions).
 
+Repeated contexts (``repeats``, context keying). With ``keyed`` (the baseline as published) every
+position whose context is known draws with its context's row, so two positions of one text that share
+a context hash share their uniforms: their tokens are correlated, and at low entropy the same context
+keeps producing the same continuation (a repetition loop the per-token KL does not see). With
+``fresh`` a row is used at most once per text: a target whose context hash was already keyed at a
+committed position of the text, or at an earlier target of the same step, draws with the sampler's
+noise instead. Then over random keys every keyed draw uses an independent row, so the whole text,
+not only each token, is distributed as the (tilted) model's sampler would draw it, and the detector
+loses only what it deduplicates anyway (it scores each distinct (hash, token) pair once).
+
 Detection (Aaronson's score, as in Three Bricks): S = Σ_t −log(1 − r_{x_t}) over the scored tokens. Under a random key
 every r_{x_t} of a distinct (hash, token) pair is iid U(0, 1), so each term is Exp(1) and S ~
 Gamma(n, 1): the p-value P(Gamma(n, 1) >= S) is exact. Repeated (hash, token) pairs are scored
@@ -49,11 +59,14 @@ class AARGumbelParams(ContextParams):
 
     Attributes:
         keying: ``context`` (PRF of the context hash) or ``position`` (PRF of the position).
+        repeats: ``keyed`` (every known context draws with its row) or ``fresh`` (a context hash is
+            keyed at most once per text; module doc, "Repeated contexts"). Context keying only.
         context, hash: the context set and hash for ``context`` keying (:class:`ContextParams`).
         min_tokens: shortest text the detector accepts.
     """
 
     keying: Literal["context", "position"] = "context"
+    repeats: Literal["keyed", "fresh"] = "keyed"
     min_tokens: int = Field(16, ge=1)
 
 
@@ -67,6 +80,10 @@ class AARGumbelScheme(KeyedNoiseScheme):
     def __init__(self, params, key, vocab_size: int, device="cpu"):
         super().__init__(params, key, vocab_size, device)
         self._rows = KeyedRowCache()
+        self._keyed: torch.Tensor | None = None  # (B, G) int64: hash each position was last keyed with, -1 = fresh noise
+        #: (V,) bool or None: the detector scores only pairs whose token is True here (None: every pair).
+        #: A host scheme sets it (``global-sketch-green`` scores the sketch's kept tokens only).
+        self.scored_vocab: torch.Tensor | None = None
 
     @property
     def keying(self) -> str:
@@ -83,8 +100,10 @@ class AARGumbelScheme(KeyedNoiseScheme):
 
     # ------------------------------------------------------------------ generation
     def begin(self, batch_size: int, gen_length: int, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> None:
-        """Drop the uniform rows cached for the previous batch."""
+        """Drop the uniform rows cached for the previous batch (and, for ``repeats: fresh``, the record
+        of which context hashes the batch has keyed)."""
         self._rows.reset()
+        self._keyed = None
 
     def uniform_rows(self, h: torch.Tensor) -> torch.Tensor:
         """r(h, ·) for hashes (or positions) h (n,) → (n, V) float32, clamped for the sampler."""
@@ -107,13 +126,40 @@ class AARGumbelScheme(KeyedNoiseScheme):
             rows = self._rows.lookup(pos, torch.ones_like(pos, dtype=torch.bool), self.uniform_rows, V, torch.float32)
             return rows[0][m.target_positions]  # (B, K, V)
         ctx, ok = gather_context(step.tokens, ~step.masked, p.context, step.prompt_ids, step.prompt_mask)  # (B, G, |O|)
-        sel = m.at_targets(step.masked & ok)  # (B, K) keyable now
+        sel = m.at_targets(step.masked & ok) & m.target_valid  # (B, K) keyable now
         noise = torch.rand((B, K, V), generator=step.generator, device=dev).clamp_(_U_MIN, _U_MAX)  # (B, K, V)
+        hashes = m.at_targets(context_hash(ctx, V, p.hash))  # (B, K)
+        if p.repeats == "fresh":
+            sel = self._once_per_text(step, hashes, sel)
         if not bool(sel.any()):
             return noise
-        hashes = m.at_targets(context_hash(ctx, V, p.hash))  # (B, K)
         rows = self._rows.lookup(hashes, sel, self.uniform_rows, V, torch.float32)  # (B, K, V)
         return torch.where(sel[..., None], rows, noise)
+
+    def _once_per_text(self, step: DenoiseStep, hashes: torch.Tensor, sel: torch.Tensor) -> torch.Tensor:
+        """``repeats: fresh``: the keyable targets whose context hash no committed position of the text
+        was keyed with and no earlier target of this step holds; records what each target draws with.
+
+        Args:
+            step: the step (tokens, masked (B, G) and the targets' positions).
+            hashes: (B, K) int64 context hash of each target.
+            sel: (B, K) bool, the targets that could be keyed.
+
+        Returns:
+            (B, K) bool, the targets to key.
+        """
+        B, G = step.tokens.shape
+        if self._keyed is None or self._keyed.shape != (B, G):
+            self._keyed = torch.full((B, G), -1, dtype=torch.long, device=hashes.device)
+        used = torch.where(step.masked, torch.full_like(self._keyed, -1), self._keyed)  # (B, G): committed and keyed
+        seen = ((hashes[:, :, None] == used[:, None, :]) & (used[:, None, :] >= 0)).any(-1)  # (B, K)
+        sel = sel & ~seen
+        sel = sel & first_occurrence(torch.where(sel, hashes, torch.zeros_like(hashes)), sel)  # one target per hash
+        valid = step.marginals.target_valid
+        b, k = valid.nonzero(as_tuple=True)  # (n,)
+        pos = step.marginals.target_positions[b, k]  # (n,)
+        self._keyed[b, pos] = torch.where(sel[b, k], hashes[b, k], torch.full_like(pos, -1))
+        return sel
 
     # ------------------------------------------------------------------ detection
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
@@ -130,6 +176,8 @@ class AARGumbelScheme(KeyedNoiseScheme):
             ctx, ok = gather_context(ids, valid, p.context)  # (B, N, |O|)
             counters = pair_counter(context_hash(ctx, V, p.hash), ids, V)  # (B, N)
             keep = first_occurrence(counters, valid & ok)  # (B, N)
+        if self.scored_vocab is not None:
+            keep = keep & self.scored_vocab.to(ids.device)[ids]  # (B, N): pairs of scored tokens only
         r = self.uniforms(counters)  # (B, N) float64
         s = (-torch.log1p(-r) * keep).sum(1)  # (B,)
         n = keep.sum(1)  # (B,)

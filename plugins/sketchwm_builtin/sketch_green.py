@@ -69,9 +69,46 @@ of the first version, sketch δ 0.25, kept 0.45 at T = 1; docs/statistics.md). F
 insertion (its neighbours differ), diluting the green count, and one token to the sketch. ``score`` = Φ⁻¹(1 − p) (so
 ``score ≥ Φ⁻¹(1 − α)`` ⇔ ``p ≤ α``), ``z`` the z of the channel with the smaller p-value.
 
+Keyed sampling (``sampling: keyed``, the default since stop 38). The two tilts above are read by
+statistics of the text alone, so their detection per nat of distortion is bounded at first order:
+a statistic g read from a tilt p̃ ∝ p·exp(δa) moves by at most δ·Σ_i Var_p(a) in z-units of
+√(Σ_i Var(g)), so z ≤ √(2·n·KL) and TPR 0.9 at 1% FPR (z 3.61 over a unit-variance null) needs
+KL ≥ 3.61²/(2n), 0.051 nats/token at n = 128, reached only if every text's shift is the mean one
+(docs/statistics.md, "How much detection a nat buys"). The sampler's own randomness is a channel
+that costs no distortion: the engine draws each token by Gumbel-max,
+x = argmax_v [log p̃(v) − log(−log r_v)], and with r = PRF(k_a, h·V + v) keyed on the context hash h
+of the position (Aaronson 2023; :class:`sketchwm_baselines.aar_gumbel.AARGumbelScheme`, context
+{−1}, key ``key.subkey("global-sketch-green/sampling")``) x is still distributed as p̃ over keys, so
+the tilted marginals, the KL the leaderboards report and the two tilt channels' evidence are
+unchanged, and the detector gains a third statistic, Aaronson's S = Σ −log(1 − r_x) over distinct
+(h, token) pairs, with an exact Gamma(n, 1) p-value p_k. A context hash is keyed at most once per text
+(``keyed.repeats: fresh``): a position whose context was already keyed in the text draws with the
+sampler's noise, so over keys the whole text (not only each token) is distributed as the tilted
+sampler's, and repeated contexts of low-entropy text cannot lock into one continuation. Positions
+whose context is still masked when they are drawn (about half under random-order decoding, context
+{−1}) draw with the sampler's noise too. Greedy decoding (T = 0) draws no noise: the channel is
+silent there and the tilt (with the sketch's order steering) carries the mark.
+
+Detection with three channels: p = min(1, p_s/((1 − a)w), p_k/(a·w), p_g/(1 − w)), a =
+``sampling_weight`` (0.2), w the per-text weight above: the keyed channel takes a part of the sketch's
+share because it reads the same diverse text (it scores only pairs whose token the sketch keeps,
+``keyed_scores: kept``; at T = 0.5 there are few such pairs, and the green lists keep their share).
+The weighted Bonferroni bound holds as before (each channel valid given ĉ; p_k's Gamma law is exact
+over keys given the text's distinct pairs, so also given ĉ). Per key it is not exact: a pair that
+recurs in most texts of a domain keeps one fixed uniform for the key, and Aaronson's statistic over
+every pair (``aar-gumbel``) reads a worst key of 5.36% at p ≤ 0.01 over 60 keys on the held-out
+manpages (``python benchmarks/null_per_key.py --schemes default aar-gumbel --n-keys 60 --seed 2``),
+which put the three-channel default at 2.18% before the keyed channel was restricted to kept tokens.
+The keyed channel's evidence is destroyed by what destroys contexts (reordering words, substitutions
+next to a token, paraphrase), as the green channel's is; the sketch is then tested at (1 − a)·w·α,
+which costs z about 0.08 at α = 1% (2.45 against 2.37 at w = 0.9). A user's own sampling loop (:class:`sketchwm.userloop.LogitsTilter`) cannot supply the
+noise: it runs the tilt alone, with a warning, and ``sampling: free`` gives the keyed share back to
+the tilts.
+
 Keys. The sketch channel uses the key itself; the green lists use the subkey
-``key.subkey("global-sketch-green/green")`` (HMAC-SHA256, domain-separated), so they are not the
-green lists of a ``red-green-dlm`` run under the same key.
+``key.subkey("global-sketch-green/green")`` and the keyed sampling ``key.subkey("global-sketch-green/sampling")``
+(HMAC-SHA256, domain-separated), so they are not the green lists or uniforms of a ``red-green-dlm`` or
+``aar-gumbel`` run under the same key.
 """
 
 from __future__ import annotations
@@ -85,14 +122,18 @@ from pydantic import Field
 from sketchwm.components import DenoiseStep, MarginalReads, SchemeScores, Strength, WatermarkScheme
 from sketchwm.config import StrictModel
 from sketchwm.stats import normal_isf
+from sketchwm_baselines.aar_gumbel import AARGumbelParams, AARGumbelScheme
 from sketchwm_baselines.red_green_dlm import RedGreenDLMParams, RedGreenDLMScheme
 
 from .global_sketch import GlobalSketchParams, GlobalSketchScheme
 
-__all__ = ["SketchGreenParams", "SketchGreenScheme", "GREEN_DOMAIN", "combine_bonferroni"]
+__all__ = ["SketchGreenParams", "SketchGreenScheme", "GREEN_DOMAIN", "SAMPLING_DOMAIN", "combine_bonferroni",
+           "combine_weighted_bonferroni"]
 
 #: domain of the green channel's key: ``key.subkey(GREEN_DOMAIN)``
 GREEN_DOMAIN = "global-sketch-green/green"
+#: domain of the keyed-sampling channel's key: ``key.subkey(SAMPLING_DOMAIN)``
+SAMPLING_DOMAIN = "global-sketch-green/sampling"
 
 
 class SketchGreenParams(StrictModel):
@@ -149,6 +190,25 @@ class SketchGreenParams(StrictModel):
         weight_floor: f ∈ (0, ½], the least share of α either channel keeps under ``coverage``
             weighting (default 0.1: a text whose coverage an adversary moves, e.g. by flooding, is still
             tested by each channel at level ≥ α/10).
+        sampling: ``keyed`` (default): a third channel, keyed sampling (module doc, "Keyed sampling"):
+            the engine draws each token of the tilted marginal by Gumbel-max with uniforms keyed on
+            the token's context (Aaronson's rule, :class:`AARGumbelScheme` under the subkey
+            :data:`SAMPLING_DOMAIN`), a context hash at most once per text. It adds no distortion to
+            the tilted marginals. ``free``: the sampler's own noise (two channels).
+        keyed: the keyed-sampling channel's :class:`AARGumbelParams` (context {−1}, ``repeats:
+            fresh``).
+        keyed_scores: which (context, token) pairs the keyed channel's detector scores: ``kept``
+            (default) those whose token the sketch keeps (not among its ``exclude_top`` most frequent
+            prior tokens), for the reason the sketch excludes them: a frequent pair recurs in most
+            texts of a domain, so for one fixed key its fixed uniform shifts every text's score and the
+            Gamma(n, 1) law no longer holds per key (measured: module doc, "Keyed sampling"); ``all``
+            every distinct pair, as ``aar-gumbel``.
+        sampling_weight: a ∈ (0, 1), the keyed-sampling channel's part of the sketch's share w: the
+            sketch is tested at (1 − a)·w·α, the keyed channel at a·w·α, the green lists at (1 − w)·α
+            (w per text, ``weighting``). Both of the first two channels read diverse text (the keyed
+            channel scores the sketch's kept tokens), so they share what the coverage gives to it.
+            Default 0.2: the sketch keeps 0.8 of its share, so a text whose contexts are destroyed
+            (e.g. by reordering) loses at most that.
         min_tokens: shortest text the detector accepts (tokens of text).
     """
 
@@ -159,7 +219,40 @@ class SketchGreenParams(StrictModel):
     weighting: Literal["coverage", "fixed"] = "coverage"
     weight: float = Field(0.5, gt=0, lt=1)
     weight_floor: float = Field(0.1, gt=0, le=0.5)
+    sampling: Literal["keyed", "free"] = "keyed"
+    keyed: AARGumbelParams = AARGumbelParams(repeats="fresh")
+    keyed_scores: Literal["kept", "all"] = "kept"
+    sampling_weight: float = Field(0.2, gt=0, lt=1)
     min_tokens: int = Field(16, ge=1)
+
+
+def combine_weighted_bonferroni(p_values: list[torch.Tensor], weights: list[float | np.ndarray]) -> torch.Tensor:
+    """Weighted Bonferroni over J tests: p = min(1, min_j p_j/w_j), Σ_j w_j ≤ 1.
+
+    P(p ≤ α) ≤ Σ_j P(p_j ≤ w_j α) ≤ α when each p-value is valid (given what the weights are
+    computed from), under any dependence between them (Genovese, Roeder & Wasserman 2006; per-text
+    weights: Bourgon, Gentleman & Huber 2010).
+
+    Args:
+        p_values: J tensors (B,) float64 (NaN stays NaN).
+        weights: J weights, each a float or (B,) float64 array, in (0, 1), summing to at most 1 per text.
+
+    Returns:
+        (B,) float64 on the device of the first p-value.
+
+    Raises:
+        ValueError: a weight outside (0, 1), weights summing above 1, or len(p_values) != len(weights).
+    """
+    if len(p_values) != len(weights) or not p_values:
+        raise ValueError(f"need one weight per p-value, got {len(p_values)} p-values and {len(weights)} weights")
+    ws = [np.asarray(w.cpu().numpy() if torch.is_tensor(w) else w, dtype=np.float64) for w in weights]
+    if not all(bool(((w > 0.0) & (w < 1.0)).all()) for w in ws):
+        raise ValueError(f"weights must lie in (0, 1), got {weights}")
+    if bool((sum(ws) > 1.0 + 1e-12).any()):
+        raise ValueError(f"weights must sum to at most 1, got {weights}")
+    ps = [x.detach().double().cpu().numpy() for x in p_values]  # numpy: see SketchGreenScheme.score_ids
+    out = np.minimum(np.minimum.reduce([p / w for p, w in zip(ps, ws)]), 1.0)
+    return torch.from_numpy(np.asarray(out, dtype=np.float64)).to(p_values[0].device)
 
 
 def combine_bonferroni(p_sketch: torch.Tensor, p_green: torch.Tensor,
@@ -185,9 +278,7 @@ def combine_bonferroni(p_sketch: torch.Tensor, p_green: torch.Tensor,
     w = np.asarray(weight.cpu().numpy() if torch.is_tensor(weight) else weight, dtype=np.float64)
     if not bool(((w > 0.0) & (w < 1.0)).all()):
         raise ValueError(f"weight must lie in (0, 1), got {weight}")
-    ps, pg = (x.detach().double().cpu().numpy() for x in (p_sketch, p_green))  # numpy: see score_ids
-    out = torch.from_numpy(np.minimum(np.minimum(ps / w, pg / (1.0 - w)), 1.0))
-    return out.to(p_sketch.device)
+    return combine_weighted_bonferroni([p_sketch, p_green], [w, 1.0 - w])
 
 
 class SketchGreenScheme(WatermarkScheme):
@@ -204,6 +295,11 @@ class SketchGreenScheme(WatermarkScheme):
     Attributes:
         sketch_channel: the :class:`GlobalSketchScheme` (δ = s·``sketch.delta``).
         green_channel: the :class:`RedGreenDLMScheme` (δ = s·``green.delta``).
+        sampling_channel: the :class:`AARGumbelScheme` of ``sampling: keyed``, else None.
+        noise: ``"keyed"`` under ``sampling: keyed`` (the engine takes the draw's uniforms from
+            :meth:`sampling_uniforms`), else ``"sampler"``.
+        noise_required: False: the tilt is a watermark without the keyed noise, so a user's own
+            sampling loop (:class:`sketchwm.userloop.LogitsTilter`) may run the tilt alone.
 
     Raises:
         ConfigError: bad params (as the two channels raise them).
@@ -215,6 +311,7 @@ class SketchGreenScheme(WatermarkScheme):
     # every masked row at every step: the sketch reads them all, and the green gradient reads the
     # neighbours of each target, which incremental reads would leave stale
     reads = MarginalReads.masked()
+    noise_required = False
 
     def __init__(self, params: Any, key: Any, vocab_size: int, device="cpu", registry: Any = None,
                  tokenizer_fingerprint: str | None = None):
@@ -225,6 +322,14 @@ class SketchGreenScheme(WatermarkScheme):
         self.sketch_channel = GlobalSketchScheme(sketch, key, vocab_size, device, registry=registry,
                                                  tokenizer_fingerprint=tokenizer_fingerprint)
         self.green_channel = RedGreenDLMScheme(green, key.subkey(GREEN_DOMAIN), vocab_size, device)
+        self.sampling_channel: AARGumbelScheme | None = None
+        if p.sampling == "keyed":
+            keyed = {**p.keyed.model_dump(mode="json"), "min_tokens": p.min_tokens}
+            self.sampling_channel = AARGumbelScheme(keyed, key.subkey(SAMPLING_DOMAIN), vocab_size, device)
+            self.noise = "keyed"  # the engine asks sampling_uniforms for the draw's noise
+            keep = self.sketch_channel.sketch.keep
+            if p.keyed_scores == "kept" and keep is not None:
+                self.sampling_channel.scored_vocab = keep.bool()  # (V,): the sketch's kept tokens
         self.prior_fingerprint = self.sketch_channel.prior_fingerprint
         self.prior_desc = self.sketch_channel.prior_desc
 
@@ -239,6 +344,14 @@ class SketchGreenScheme(WatermarkScheme):
         """Start both channels on a new batch."""
         self.sketch_channel.begin(batch_size, gen_length, prompt_ids, prompt_mask)
         self.green_channel.begin(batch_size, gen_length, prompt_ids, prompt_mask)
+        if self.sampling_channel is not None:
+            self.sampling_channel.begin(batch_size, gen_length, prompt_ids, prompt_mask)
+
+    def sampling_uniforms(self, step: DenoiseStep) -> torch.Tensor | None:
+        """The keyed-sampling channel's uniforms at the target rows, (B, K, V) float32
+        (:meth:`AARGumbelScheme.sampling_uniforms`: keyed where the context is known and not yet keyed
+        in the text, the sampler's noise elsewhere); None under ``sampling: free``."""
+        return None if self.sampling_channel is None else self.sampling_channel.sampling_uniforms(step)
 
     def steers_order(self, temperature: float) -> bool:
         """The sketch channel's order rule (:meth:`GlobalSketchScheme.steers_order`)."""
@@ -273,13 +386,32 @@ class SketchGreenScheme(WatermarkScheme):
         return logits
 
     # ------------------------------------------------------------------ detection
-    def channel_scores(self, ids: torch.Tensor, valid: torch.Tensor) -> tuple[SchemeScores, SchemeScores]:
-        """Each channel's own scores for ids (B, N) int64 with valid (B, N) bool: (sketch, green).
+    def channel_scores(self, ids: torch.Tensor, valid: torch.Tensor) -> tuple[SchemeScores, ...]:
+        """Each channel's own scores for ids (B, N) int64 with valid (B, N) bool: (sketch, green), and
+        the keyed-sampling channel's third under ``sampling: keyed``.
 
         Raises:
             InputError: ids outside [0, V).
         """
-        return self.sketch_channel.score_ids(ids, valid), self.green_channel.score_ids(ids, valid)
+        out = (self.sketch_channel.score_ids(ids, valid), self.green_channel.score_ids(ids, valid))
+        if self.sampling_channel is not None:
+            out += (self.sampling_channel.score_ids(ids, valid),)
+        return out
+
+    def channel_weights(self, sketch: SchemeScores, valid: torch.Tensor) -> list[float | torch.Tensor]:
+        """Each channel's share of α, in :meth:`channel_scores`' order: (1 − a)·w, 1 − w and a·w,
+        w = :meth:`sketch_weight`, a = ``sampling_weight`` (no third share and a = 0 under
+        ``sampling: free``). Floats or (B,) float64 tensors.
+
+        Args:
+            sketch: the sketch channel's scores (its ``n_scored`` n_d, (B,)).
+            valid: (B, N) bool, the text's tokens.
+        """
+        n_tokens = torch.from_numpy(np.count_nonzero(valid.cpu().numpy(), axis=1))
+        w = self.sketch_weight(sketch.n_scored.cpu(), n_tokens)
+        a = self.params.sampling_weight if self.sampling_channel is not None else 0.0
+        out = [(1.0 - a) * w, 1.0 - w]
+        return out + [a * w] if self.sampling_channel is not None else out
 
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
         """Bonferroni over the two channels (module doc): p (B,) float64, score Φ⁻¹(1 − p), z of the
@@ -288,25 +420,36 @@ class SketchGreenScheme(WatermarkScheme):
         Raises:
             InputError: ids outside [0, V).
         """
-        s, g = self.channel_scores(ids, valid)
+        chans = self.channel_scores(ids, valid)
+        s = chans[0]
         # (B,) arithmetic in numpy: a small torch op after the channels' threads waits on torch's pool
-        p_s, p_g = s.p_value.double().cpu(), g.p_value.double().cpu()
-        n_tokens = torch.from_numpy(np.count_nonzero(valid.cpu().numpy(), axis=1))
-        w = self.sketch_weight(s.n_scored.cpu(), n_tokens)
-        pv = combine_bonferroni(p_s, p_g, w)
+        ps = [c.p_value.double().cpu() for c in chans]
+        weights = self.channel_weights(s, valid)
+        pv = combine_weighted_bonferroni(ps, weights)
+        w = self.sketch_weight(s.n_scored.cpu(), torch.from_numpy(np.count_nonzero(valid.cpu().numpy(), axis=1)))
         from scipy.special import ndtri
 
         # Φ⁻¹(1 − p), finite at both ends: p = 1 (neither channel has evidence, e.g. a Bonferroni
         # bound above 1) reads as the largest double below 1, not −∞ (a calibrated threshold must be finite)
         score = torch.from_numpy(-ndtri(np.clip(pv.numpy(), 1e-300, np.nextafter(1.0, 0.0))))
-        z = torch.from_numpy(np.where(p_s.numpy() <= p_g.numpy(), s.z.double().cpu().numpy(), g.z.double().cpu().numpy()))
+        # z of the channel that decides: the smallest p_j / w_j
+        ratios = np.stack([np.broadcast_to(p.numpy() / np.asarray(wj.numpy() if torch.is_tensor(wj) else wj), p.shape)
+                           for p, wj in zip(ps, weights)])  # (J, B)
+        zs = np.stack([c.z.double().cpu().numpy() for c in chans])  # (J, B)
+        z = torch.from_numpy(np.take_along_axis(zs, np.argmin(np.where(np.isnan(ratios), np.inf, ratios), 0)[None], 0)[0])
         if isinstance(w, float):
             rule = f"w = {w:g}"
         else:
             f, c = self.params.weight_floor, self.sketch_channel.params.coverage_full
             rule = f"w = {f:g} + {1 - 2 * f:g}·min(1, coverage/{c:g}) per text"
-        how = (f"weighted Bonferroni over two channels ({rule}): sketch [{s.p_value_method}] and green "
-               f"[{g.p_value_method}]")
+        if len(chans) == 2:
+            how = (f"weighted Bonferroni over two channels ({rule}): sketch [{chans[0].p_value_method}] and green "
+                   f"[{chans[1].p_value_method}]")
+        else:
+            a = self.params.sampling_weight
+            how = (f"weighted Bonferroni over three channels (sketch (1 − a)·w, keyed sampling a·w with a = {a:g}, "
+                   f"green 1 − w; {rule}): sketch [{chans[0].p_value_method}], green [{chans[1].p_value_method}], "
+                   f"keyed sampling [{chans[2].p_value_method}]")
         return SchemeScores(score, z, pv, s.n_scored.cpu(), how)
 
     def sketch_weight(self, n_distinct: torch.Tensor, n_tokens: torch.Tensor) -> float | torch.Tensor:
