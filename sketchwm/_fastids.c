@@ -19,6 +19,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -220,68 +221,33 @@ static PyObject *keyed_bits_into(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* green_counts(ids, valid, B, N, offsets, ordered, V, seed_lo, seed_hi, stream_word, gamma, g, n): the
- * detector of the context-keyed green lists (sketchwm_baselines.green.ContextGreenListScheme.score_ids)
- * per text (three passes over its N positions): for every valid position j whose context positions j + o (o in offsets, one or
- * two) lie inside [0, N) and are valid, the context hash h (sum, or ordered: sum of x_{j+o_k} V^k), the
- * pair counter h*V + x_j, kept at its first occurrence in the text (an open-addressing set per text,
- * in a third pass after the counters and their PRF bits are computed for the whole text),
- * counted green when (keyed_bits(counter) + 0.5) / 2**32 < gamma in double precision -- the same
- * operations as the torch path, so the same counts. ids: int64 (B*N), valid: uint8 (B*N), g and n:
- * writable int64 (B). Raises ValueError on wrong buffer sizes or more than two offsets. */
-static PyObject *green_counts(PyObject *self, PyObject *args) {
-    Py_buffer bid, bva, bg, bn;
-    Py_ssize_t B, N;
-    PyObject *offs;
-    int ordered;
-    long long V;
-    unsigned long long lo, hi, sw;
-    double gamma;
-    if (!PyArg_ParseTuple(args, "y*y*nnO!pLKKKdw*w*", &bid, &bva, &B, &N, &PyTuple_Type, &offs, &ordered, &V, &lo,
-                          &hi, &sw, &gamma, &bg, &bn))
-        return NULL;
-    Py_ssize_t K = PyTuple_GET_SIZE(offs);
-    long o[2] = {0, 0};
-    int bad = K < 1 || K > 2 || bid.len != B * N * 8 || bva.len != B * N || bg.len != B * 8 || bn.len != B * 8;
-    for (Py_ssize_t k = 0; k < K && k < 2 && !bad; k++) {
-        o[k] = PyLong_AsLong(PyTuple_GET_ITEM(offs, k));
-        if (o[k] == -1 && PyErr_Occurred()) bad = 2;
-    }
-    uint64_t *set = NULL, *keys = NULL;
-    uint32_t *stamp = NULL, *bits = NULL;
-    uint8_t *okm = NULL;
+/* The passes shared by green_counts and gumbel_scores over B texts of N positions: for every valid
+ * position j whose context positions j + o (o in offsets, one or two) lie inside [0, N) and are valid,
+ * the context hash h (sum, or ordered: sum of x_{j+o_k} V^k), the pair counter h*V + x_j, its keyed PRF
+ * bits u = keyed_bits(counter), and whether it is the first occurrence of the counter in the text (an
+ * open-addressing set per text, in a third pass after the counters and their PRF bits are computed for
+ * the whole text). mode 0 (green): g[b] counts the first occurrences with (u + 0.5) / 2**32 < gamma;
+ * mode 1 (gumbel): s[b] sums -log1p(-(u + 0.5) / 2**32) over the first occurrences whose token t has
+ * keep[t] != 0 (keep NULL: every token). n[b] counts the pairs scored. Returns 0, or 3 when out of
+ * memory. Called with the GIL released. */
+static int pair_stats(const int64_t *ids, const uint8_t *valid, Py_ssize_t B, Py_ssize_t N, Py_ssize_t K,
+                      const long *o, int ordered, long long V, uint32_t l32, uint32_t h32, uint32_t s32, int mode,
+                      double gamma, const uint8_t *keep, Py_ssize_t keep_len, int64_t *g, double *s, int64_t *n) {
     size_t cap = 16;
     while (cap < (size_t)(4 * N + 4)) cap <<= 1;
-    if (!bad) {
-        set = (uint64_t *)PyMem_RawMalloc(cap * sizeof(uint64_t));
-        stamp = (uint32_t *)PyMem_RawCalloc(cap, sizeof(uint32_t));
-        keys = (uint64_t *)PyMem_RawMalloc((N + 1) * sizeof(uint64_t));
-        bits = (uint32_t *)PyMem_RawMalloc((N + 1) * sizeof(uint32_t));
-        okm = (uint8_t *)PyMem_RawMalloc(N + 1);
-        if (set == NULL || stamp == NULL || keys == NULL || bits == NULL || okm == NULL) bad = 3;
-    }
-    if (bad) {
-        PyMem_RawFree(set);
-        PyMem_RawFree(stamp);
-        PyMem_RawFree(keys);
-        PyMem_RawFree(bits);
-        PyMem_RawFree(okm);
-        PyBuffer_Release(&bid); PyBuffer_Release(&bva); PyBuffer_Release(&bg); PyBuffer_Release(&bn);
-        if (bad == 3) return PyErr_NoMemory();
-        if (bad == 1) PyErr_SetString(PyExc_ValueError, "green_counts: wrong buffer sizes or not 1-2 offsets");
-        return NULL;
-    }
-    const int64_t *ids = (const int64_t *)bid.buf;
-    const uint8_t *valid = (const uint8_t *)bva.buf;
-    int64_t *g = (int64_t *)bg.buf, *n = (int64_t *)bn.buf;
-    uint32_t l32 = (uint32_t)lo, h32 = (uint32_t)hi, s32 = (uint32_t)sw;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t b = 0; b < B; b++) {
+    uint64_t *set = (uint64_t *)PyMem_RawMalloc(cap * sizeof(uint64_t));
+    uint32_t *stamp = (uint32_t *)PyMem_RawCalloc(cap, sizeof(uint32_t));
+    uint64_t *keys = (uint64_t *)PyMem_RawMalloc((N + 1) * sizeof(uint64_t));
+    uint32_t *bits = (uint32_t *)PyMem_RawMalloc((N + 1) * sizeof(uint32_t));
+    uint8_t *okm = (uint8_t *)PyMem_RawMalloc(N + 1);
+    int bad = set == NULL || stamp == NULL || keys == NULL || bits == NULL || okm == NULL;
+    for (Py_ssize_t b = 0; b < B && !bad; b++) {
         const int64_t *x = ids + b * N;
         const uint8_t *v = valid + b * N;
         uint32_t st = (uint32_t)(b + 1);  /* a new stamp per text empties the set without clearing it */
         if (st == 0) { memset(stamp, 0, cap * sizeof(uint32_t)); st = 1; }
         int64_t gb = 0, nb = 0;
+        double sb = 0.0;
         /* pass 1: each position's pair counter and whether its context is whole */
         if (K == 1) {  /* one neighbour (the default context {-1}; h = its id either way): no inner loop */
             Py_ssize_t lo_j = o[0] < 0 ? -o[0] : 0, hi_j = o[0] > 0 ? N - o[0] : N;
@@ -310,7 +276,7 @@ static PyObject *green_counts(PyObject *self, PyObject *args) {
         /* pass 2: the keyed PRF of every counter (keyed_bits_span: vectorised; the serial chain of
          * four mix32 rounds per counter is what bounded a one-pass loop) */
         keyed_bits_span(keys, bits, N, l32, h32, s32);
-        /* pass 3: first occurrences (open addressing; the PRF bits are the slot hash) and the green count */
+        /* pass 3: first occurrences (open addressing; the PRF bits are the slot hash) and the statistic */
         for (Py_ssize_t j = 0; j < N; j++) {
             if (!okm[j]) continue;
             uint64_t key = keys[j];
@@ -323,19 +289,112 @@ static PyObject *green_counts(PyObject *self, PyObject *args) {
             if (seen) continue;
             stamp[slot] = st;
             set[slot] = key;
-            nb++;
-            if (((double)bits[j] + 0.5) / 4294967296.0 < gamma) gb++;
+            double u = ((double)bits[j] + 0.5) / 4294967296.0;
+            if (mode == 0) {
+                nb++;
+                if (u < gamma) gb++;
+            } else if (keep == NULL || (x[j] >= 0 && x[j] < keep_len && keep[x[j]])) {
+                nb++;
+                sb += -log1p(-u);
+            }
         }
-        g[b] = gb;
+        if (g != NULL) g[b] = gb;
+        if (s != NULL) s[b] = sb;
         n[b] = nb;
     }
-    Py_END_ALLOW_THREADS
     PyMem_RawFree(set);
     PyMem_RawFree(stamp);
     PyMem_RawFree(keys);
     PyMem_RawFree(bits);
     PyMem_RawFree(okm);
+    return bad ? 3 : 0;
+}
+
+/* Reads the one or two context offsets of a tuple into o; returns 0, or -1 with an exception set. */
+static int read_offsets(PyObject *offs, long *o) {
+    Py_ssize_t K = PyTuple_GET_SIZE(offs);
+    if (K < 1 || K > 2) {
+        PyErr_SetString(PyExc_ValueError, "pair statistics: not 1-2 offsets");
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < K; k++) {
+        o[k] = PyLong_AsLong(PyTuple_GET_ITEM(offs, k));
+        if (o[k] == -1 && PyErr_Occurred()) return -1;
+    }
+    return 0;
+}
+
+/* green_counts(ids, valid, B, N, offsets, ordered, V, seed_lo, seed_hi, stream_word, gamma, g, n): the
+ * detector of the context-keyed green lists (sketchwm_baselines.green.ContextGreenListScheme.score_ids)
+ * per text (pair_stats, mode 0): the distinct pair count n and its green count g, counted green when
+ * (keyed_bits(counter) + 0.5) / 2**32 < gamma in double precision -- the same operations as the torch
+ * path, so the same counts. ids: int64 (B*N), valid: uint8 (B*N), g and n: writable int64 (B). Raises
+ * ValueError on wrong buffer sizes or more than two offsets. */
+static PyObject *green_counts(PyObject *self, PyObject *args) {
+    Py_buffer bid, bva, bg, bn;
+    Py_ssize_t B, N;
+    PyObject *offs;
+    int ordered;
+    long long V;
+    unsigned long long lo, hi, sw;
+    double gamma;
+    if (!PyArg_ParseTuple(args, "y*y*nnO!pLKKKdw*w*", &bid, &bva, &B, &N, &PyTuple_Type, &offs, &ordered, &V, &lo,
+                          &hi, &sw, &gamma, &bg, &bn))
+        return NULL;
+    long o[2] = {0, 0};
+    int rc = 1;
+    if (read_offsets(offs, o) == 0) {
+        if (bid.len != B * N * 8 || bva.len != B * N || bg.len != B * 8 || bn.len != B * 8) {
+            PyErr_SetString(PyExc_ValueError, "green_counts: wrong buffer sizes or not 1-2 offsets");
+        } else {
+            Py_BEGIN_ALLOW_THREADS
+            rc = pair_stats((const int64_t *)bid.buf, (const uint8_t *)bva.buf, B, N, PyTuple_GET_SIZE(offs), o, ordered,
+                            V, (uint32_t)lo, (uint32_t)hi, (uint32_t)sw, 0, gamma, NULL, 0, (int64_t *)bg.buf, NULL,
+                            (int64_t *)bn.buf);
+            Py_END_ALLOW_THREADS
+            if (rc == 3) PyErr_NoMemory();
+        }
+    }
     PyBuffer_Release(&bid); PyBuffer_Release(&bva); PyBuffer_Release(&bg); PyBuffer_Release(&bn);
+    if (rc != 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* gumbel_scores(ids, valid, B, N, offsets, ordered, V, seed_lo, seed_hi, stream_word, keep, s, n): the
+ * detector of Aaronson's keyed sampling (sketchwm_baselines.aar_gumbel.AARGumbelScheme.score_ids,
+ * context keying) per text (pair_stats, mode 1): S = sum of -log1p(-r) over the distinct (hash, token)
+ * pairs whose token t has keep[t] != 0 (keep: uint8 of length V, or empty for every token), r =
+ * (keyed_bits(counter) + 0.5) / 2**32, and their number n -- the torch path's operations (its sum may
+ * differ in the last bits: another summation order). s: writable float64 (B), n: writable int64 (B).
+ * Raises ValueError on wrong buffer sizes or more than two offsets. */
+static PyObject *gumbel_scores(PyObject *self, PyObject *args) {
+    Py_buffer bid, bva, bk, bs, bn;
+    Py_ssize_t B, N;
+    PyObject *offs;
+    int ordered;
+    long long V;
+    unsigned long long lo, hi, sw;
+    if (!PyArg_ParseTuple(args, "y*y*nnO!pLKKKy*w*w*", &bid, &bva, &B, &N, &PyTuple_Type, &offs, &ordered, &V, &lo,
+                          &hi, &sw, &bk, &bs, &bn))
+        return NULL;
+    long o[2] = {0, 0};
+    int rc = 1;
+    if (read_offsets(offs, o) == 0) {
+        if (bid.len != B * N * 8 || bva.len != B * N || bs.len != B * 8 || bn.len != B * 8
+            || (bk.len != 0 && bk.len != V)) {
+            PyErr_SetString(PyExc_ValueError, "gumbel_scores: wrong buffer sizes");
+        } else {
+            const uint8_t *keep = bk.len ? (const uint8_t *)bk.buf : NULL;
+            Py_BEGIN_ALLOW_THREADS
+            rc = pair_stats((const int64_t *)bid.buf, (const uint8_t *)bva.buf, B, N, PyTuple_GET_SIZE(offs), o, ordered,
+                            V, (uint32_t)lo, (uint32_t)hi, (uint32_t)sw, 1, 0.0, keep, bk.len, NULL, (double *)bs.buf,
+                            (int64_t *)bn.buf);
+            Py_END_ALLOW_THREADS
+            if (rc == 3) PyErr_NoMemory();
+        }
+    }
+    PyBuffer_Release(&bid); PyBuffer_Release(&bva); PyBuffer_Release(&bk); PyBuffer_Release(&bs); PyBuffer_Release(&bn);
+    if (rc != 0) return NULL;
     Py_RETURN_NONE;
 }
 
@@ -344,11 +403,13 @@ static PyMethodDef methods[] = {
      "flatten_into(lists, out, nthreads=1): write B lists of ints into an int64 buffer (nthreads > 1: read on that many threads)."},
     {"keyed_bits_into", keyed_bits_into, METH_VARARGS,
      "keyed_bits_into(counter, out, seed_lo, seed_hi, stream_word): sketchwm.prf.keyed_bits over an int64 buffer."},
+    {"gumbel_scores", gumbel_scores, METH_VARARGS,
+     "gumbel_scores(ids, valid, B, N, offsets, ordered, V, seed_lo, seed_hi, stream_word, keep, s, n): Aaronson's score over distinct (context, token) pairs of kept tokens, per text."},
     {"green_counts", green_counts, METH_VARARGS,
      "green_counts(ids, valid, B, N, offsets, ordered, V, seed_lo, seed_hi, stream_word, gamma, g, n): "
      "green and distinct (context hash, token) pair counts per text."},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastids", "Token-id lists to int64 in one C pass; the keyed PRF over int64 buffers; the green-list counts.", -1, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastids", "Token-id lists to int64 in one C pass; the keyed PRF over int64 buffers; the green-list counts; Aaronson's keyed-sampling score.", -1, methods};
 
 PyMODINIT_FUNC PyInit__fastids(void) { return PyModule_Create(&module); }

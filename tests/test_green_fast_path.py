@@ -73,3 +73,29 @@ def test_c_counts_split_over_threads_equal_torch_counts(key):
         torch.set_num_threads(before)
     g_torch, n_torch = _torch_counts(scheme, ids, valid)
     assert torch.equal(n, n_torch) and torch.equal(g, g_torch)
+
+
+@pytest.mark.parametrize("context,hash_kind", [((-1,), "sum"), ((-1, 1), "sum"), ((-2, -1), "ordered")])
+@pytest.mark.parametrize("scored", [False, True])
+def test_c_gumbel_scores_equal_the_torch_path(key, monkeypatch, context, hash_kind, scored):
+    """aar-gumbel's detector (context keying): the C pass ``gumbel_scores`` gives the torch path's pair
+    counts exactly and its score (hence p-value) up to summation order, with and without a scored
+    vocabulary (the default's keyed channel scores the sketch's kept tokens only); split over threads too."""
+    import sketchwm_baselines.aar_gumbel as aar
+
+    if aar._gumbel_scores is None:
+        pytest.skip("the optional C extension is not built here")
+    scheme = aar.AARGumbelScheme(aar.AARGumbelParams(context=context, hash=hash_kind, min_tokens=1), key, V)
+    if scored:
+        scheme.scored_vocab = torch.rand(V, generator=torch.Generator().manual_seed(3)) < 0.5
+    for B in (37, 600):  # 600 × 200 ids: the rows split over threads
+        ids, valid = _ids(len(context) * 7 + int(scored), B=B, N=61 if B == 37 else 200)
+        valid[0] = False  # an empty text
+        fast = scheme.score_ids(ids, valid)
+        monkeypatch.setattr(aar, "_gumbel_scores", None)
+        slow = scheme.score_ids(ids, valid)
+        monkeypatch.undo()
+        assert torch.equal(fast.n_scored.long(), slow.n_scored.long())
+        assert int(fast.n_scored[0]) == 0 and bool((fast.n_scored > 0).any())
+        assert torch.allclose(fast.p_value.double(), slow.p_value.double(), rtol=1e-9, atol=1e-13)
+        assert torch.allclose(fast.z.double(), slow.z.double(), rtol=1e-9, atol=1e-9, equal_nan=True)

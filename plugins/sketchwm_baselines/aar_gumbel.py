@@ -38,6 +38,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 import torch
 from pydantic import Field
 
@@ -45,7 +46,13 @@ from sketchwm.components import DenoiseStep, SchemeScores, Strength
 from sketchwm.prf import keyed_uniform
 from sketchwm.stats import gamma_logsf, log10_threshold, scores_from_log_p, standardise
 
+try:  # the optional C extension (pyproject.toml ext-modules): the detector's score in one pass per text
+    from sketchwm._fastids import gumbel_scores as _gumbel_scores
+except ImportError:  # pragma: no cover - exercised where no compiler built it
+    _gumbel_scores = None
+
 from .context import (ContextParams, KeyedNoiseScheme, KeyedRowCache, context_hash, first_occurrence, gather_context,
+                      over_row_slices,
                       pair_counter)
 
 __all__ = ["AARGumbelScheme", "AARGumbelParams"]
@@ -168,6 +175,11 @@ class AARGumbelScheme(KeyedNoiseScheme):
         ids, valid = self.check_ids(ids, valid)
         B, N = ids.shape
         V = self.vocab_size
+        fast = self._gumbel_scores_c(ids, valid)
+        if fast is not None:
+            s, n = fast
+            z = standardise(s, n.double(), n.double())
+            return scores_from_log_p(gamma_logsf(s, n), z, n, "exact Gamma(n, 1)")
         if self.keying == "position":
             pos = torch.arange(N, device=self.device).expand(B, N)  # (B, N)
             keep = valid  # distinct positions: every pair is distinct
@@ -183,6 +195,30 @@ class AARGumbelScheme(KeyedNoiseScheme):
         n = keep.sum(1)  # (B,)
         z = standardise(s, n.double(), n.double())
         return scores_from_log_p(gamma_logsf(s, n), z, n, "exact Gamma(n, 1)")
+
+    def _gumbel_scores_c(self, ids: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(S, n): S (B,) float64 Aaronson's score and n (B,) int64 the scored pairs, in one C pass per text
+        (the optional extension's ``gumbel_scores``: the same contexts, counters, PRF, first occurrences
+        and ``scored_vocab`` as the torch path, S equal up to summation order;
+        ``tests/test_sketch_green.py``; rows split over the detector's threads), or None where it does
+        not apply: no extension, not on the CPU, position keying, or a subclass with its own uniforms."""
+        if (_gumbel_scores is None or ids.device.type != "cpu" or self.keying != "context"
+                or type(self).uniforms is not AARGumbelScheme.uniforms):
+            return None
+        B, N = ids.shape
+        s, n = np.zeros(B, np.float64), np.zeros(B, np.int64)
+        seed = int(self._seed) & 0xFFFFFFFFFFFFFFFF
+        x = np.ascontiguousarray(ids.numpy(), dtype=np.int64).reshape(-1)  # numpy views: see green.py
+        v = np.ascontiguousarray(valid.numpy()).view(np.uint8).reshape(-1)
+        keep = b"" if self.scored_vocab is None else np.ascontiguousarray(self.scored_vocab.cpu().numpy(), dtype=np.uint8)
+        args = (tuple(int(o) for o in self.params.context), self.params.hash == "ordered", self.vocab_size,
+                seed & 0xFFFFFFFF, seed >> 32, 0, keep)
+
+        def run(a: int, b: int) -> None:  # rows [a, b): contiguous slices, the GIL released inside
+            _gumbel_scores(x[a * N:b * N], v[a * N:b * N], b - a, N, *args, s[a:b], n[a:b])
+
+        over_row_slices(run, B, N)
+        return torch.from_numpy(s), torch.from_numpy(n)
 
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
         """−log10 α: ``score`` is −log10 of an exact p-value, so this holds at every length."""

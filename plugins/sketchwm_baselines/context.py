@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from pydantic import field_validator
 
@@ -33,6 +34,7 @@ __all__ = [
     "first_occurrence",
     "KeyedRowCache",
     "KeyedNoiseScheme",
+    "over_row_slices",
 ]
 
 HashKind = Literal["sum", "ordered"]
@@ -140,6 +142,20 @@ def first_occurrence(keys: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
     new[:, 1:] = sk[:, 1:] != sk[:, :-1]  # (B, N) in sorted order
     first = torch.empty_like(new).scatter_(1, order, new)  # back to position order
     return first & ok
+
+
+def over_row_slices(run, B: int, N: int) -> None:
+    """Call ``run(a, b)`` on contiguous row slices [a, b) covering B rows of N ids, over
+    ``torch.get_num_threads()`` threads from 65,536 ids (one call below that): the C detectors release the
+    GIL, so the slices run in parallel on the detector's process-wide pool."""
+    threads = min(torch.get_num_threads(), max(1, B * N // 65536), B)
+    if threads <= 1:
+        run(0, B)
+        return
+    from sketchwm.components.token_sums import _thread_pool
+
+    cuts = np.linspace(0, B, threads + 1).astype(int)
+    list(_thread_pool(threads).map(run, cuts[:-1], cuts[1:]))
 
 
 class KeyedRowCache:

@@ -21,7 +21,7 @@ try:  # the optional C extension (pyproject.toml ext-modules): the detector's co
 except ImportError:  # pragma: no cover - exercised where no compiler built it
     _green_counts = None
 
-from .context import ContextParams, context_hash, first_occurrence, gather_context, pair_counter
+from .context import ContextParams, context_hash, first_occurrence, gather_context, over_row_slices, pair_counter
 
 __all__ = ["green_bits", "GreenListParams", "ContextGreenListScheme"]
 
@@ -123,14 +123,7 @@ class ContextGreenListScheme(WatermarkScheme):
         def run(a: int, b: int) -> None:  # rows [a, b): contiguous slices, the GIL released inside
             _green_counts(x[a * N:b * N], v[a * N:b * N], b - a, N, *args, g[a:b], n[a:b])
 
-        threads = min(torch.get_num_threads(), max(1, B * N // 65536), B)
-        if threads <= 1:
-            run(0, B)
-        else:  # rows split over the detector's process-wide threads
-            from sketchwm.components.token_sums import _thread_pool
-
-            cuts = np.linspace(0, B, threads + 1).astype(int)
-            list(_thread_pool(threads).map(run, cuts[:-1], cuts[1:]))
+        over_row_slices(run, B, N)
         return torch.from_numpy(g), torch.from_numpy(n)
 
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
