@@ -1,4 +1,4 @@
-"""``global-sketch-green``: the global sketch and a context-keyed green channel, embedded together.
+"""``global-sketch-green``: the global sketch, a context-keyed green channel and keyed sampling, on one text.
 
 The default scheme since 2026-11-27 (:data:`sketchwm.config.DEFAULT_SCHEME`; why: README, "Why the
 default is what it is").
@@ -11,7 +11,8 @@ sketch (their per-key offset under a domain shift breaks the per-key null; docs/
 context-keyed green list (Kirchenbauer et al. 2023; for DLMs Gloaguen et al. 2025, arXiv 2509.24368)
 keys each token's colour on its neighbour, so a frequent token is green in some contexts and red in
 others and its domain-wide rate averages out: that is where the evidence of repetitive text can be
-planted. This scheme runs both channels on one text.
+planted. This scheme runs both channels on one text, and draws its tokens with keyed sampling noise, a
+third channel ("Keyed sampling" below).
 
 Embedding (first order in the two strengths). With a(v) the sketch's tilt direction at a target row
 (seed paper eq. 7: the residual gradient of the expected sketch, scaled by η_t) and ∂J/∂p_i(v) the
@@ -35,7 +36,8 @@ With the sketch's ``marginals: sampled`` c is read from the distribution tokens 
 softmax(l/T), so a low temperature (or any low-entropy model) gives the step to the green channel
 from the first step (the coverages behind c* = 0.25 are in :class:`SketchGreenParams`).
 
-Detection. Two p-values of the same text: p_s, the sketch's fixed-key background null
+Detection (two channels, ``sampling: free``; the three-channel rule of the default is under "Keyed
+sampling"). Two p-values of the same text: p_s, the sketch's fixed-key background null
 (:meth:`GlobalSketchScheme.score_ids`, valid for the key held), and p_g, the exact binomial test on
 the green count of distinct (context hash, token) pairs (:class:`ContextGreenListScheme`), combined
 by weighted Bonferroni: p = min(1, p_s/w, p_g/(1 − w)). P(p ≤ α) ≤ P(p_s ≤ wα) + P(p_g ≤ (1 − w)α)
@@ -282,7 +284,7 @@ def combine_bonferroni(p_sketch: torch.Tensor, p_green: torch.Tensor,
 
 
 class SketchGreenScheme(WatermarkScheme):
-    """The global sketch and a context-keyed green channel on one text (module doc).
+    """The global sketch, a context-keyed green channel and keyed sampling on one text (module doc).
 
     Args:
         params: :class:`SketchGreenParams`.
@@ -414,8 +416,8 @@ class SketchGreenScheme(WatermarkScheme):
         return out + [a * w] if self.sampling_channel is not None else out
 
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
-        """Bonferroni over the two channels (module doc): p (B,) float64, score Φ⁻¹(1 − p), z of the
-        channel with the smaller p-value, n_scored the sketch's.
+        """Weighted Bonferroni over the channels (module doc; :meth:`channel_weights`): p (B,) float64,
+        score Φ⁻¹(1 − p), z of the channel with the smallest p_j/w_j, n_scored the sketch's.
 
         Raises:
             InputError: ids outside [0, V).
