@@ -428,7 +428,6 @@ class SketchGreenScheme(WatermarkScheme):
         ps = [c.p_value.double().cpu() for c in chans]
         weights = self.channel_weights(s, valid)
         pv = combine_weighted_bonferroni(ps, weights)
-        w = self.sketch_weight(s.n_scored.cpu(), torch.from_numpy(np.count_nonzero(valid.cpu().numpy(), axis=1)))
         from scipy.special import ndtri
 
         # Φ⁻¹(1 − p), finite at both ends: p = 1 (neither channel has evidence, e.g. a Bonferroni
@@ -439,8 +438,8 @@ class SketchGreenScheme(WatermarkScheme):
                            for p, wj in zip(ps, weights)])  # (J, B)
         zs = np.stack([c.z.double().cpu().numpy() for c in chans])  # (J, B)
         z = torch.from_numpy(np.take_along_axis(zs, np.argmin(np.where(np.isnan(ratios), np.inf, ratios), 0)[None], 0)[0])
-        if isinstance(w, float):
-            rule = f"w = {w:g}"
+        if not torch.is_tensor(weights[0]) and not isinstance(weights[0], np.ndarray):  # one w for every text
+            rule = f"w = {self.params.weight:g}"
         else:
             f, c = self.params.weight_floor, self.sketch_channel.params.coverage_full
             rule = f"w = {f:g} + {1 - 2 * f:g}·min(1, coverage/{c:g}) per text"
