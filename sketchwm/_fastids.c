@@ -227,8 +227,8 @@ static PyObject *keyed_bits_into(PyObject *self, PyObject *args) {
  * bits u = keyed_bits(counter), and whether it is the first occurrence of the counter in the text (an
  * open-addressing set per text, in a third pass after the counters and their PRF bits are computed for
  * the whole text). mode 0 (green): g[b] counts the first occurrences with (u + 0.5) / 2**32 < gamma;
- * mode 1 (gumbel): s[b] sums -log1p(-(u + 0.5) / 2**32) over the first occurrences whose token t has
- * keep[t] != 0 (keep NULL: every token). n[b] counts the pairs scored. Returns 0, or 3 when out of
+ * mode 1 (gumbel): s[b] = sum of -log(1 - (u + 0.5) / 2**32) over the first occurrences whose token t
+ * has keep[t] != 0 (keep NULL: every token), computed as -log of their product (renormalised by frexp). n[b] counts the pairs scored. Returns 0, or 3 when out of
  * memory. Called with the GIL released. */
 static int pair_stats(const int64_t *ids, const uint8_t *valid, Py_ssize_t B, Py_ssize_t N, Py_ssize_t K,
                       const long *o, int ordered, long long V, uint32_t l32, uint32_t h32, uint32_t s32, int mode,
@@ -247,7 +247,8 @@ static int pair_stats(const int64_t *ids, const uint8_t *valid, Py_ssize_t B, Py
         uint32_t st = (uint32_t)(b + 1);  /* a new stamp per text empties the set without clearing it */
         if (st == 0) { memset(stamp, 0, cap * sizeof(uint32_t)); st = 1; }
         int64_t gb = 0, nb = 0;
-        double sb = 0.0;
+        double sb = 0.0, prod = 1.0;  /* mode 1: S = -log prod(1 - u), the product kept as prod * 2**pexp */
+        int pexp = 0, pcount = 0;
         /* pass 1: each position's pair counter and whether its context is whole */
         if (K == 1) {  /* one neighbour (the default context {-1}; h = its id either way): no inner loop */
             Py_ssize_t lo_j = o[0] < 0 ? -o[0] : 0, hi_j = o[0] > 0 ? N - o[0] : N;
@@ -295,8 +296,21 @@ static int pair_stats(const int64_t *ids, const uint8_t *valid, Py_ssize_t B, Py
                 if (u < gamma) gb++;
             } else if (keep == NULL || (x[j] >= 0 && x[j] < keep_len && keep[x[j]])) {
                 nb++;
-                sb += -log1p(-u);
+                /* 1 - u is exact in double (u has 33 significant bits) and at least 2**-33, so 30 factors
+                 * stay above 2**-990: renormalise every 30 (one log per text instead of one log1p per pair) */
+                prod *= 1.0 - u;
+                if (++pcount == 30) {
+                    int e;
+                    prod = frexp(prod, &e);
+                    pexp += e;
+                    pcount = 0;
+                }
             }
+        }
+        if (mode == 1 && nb > 0) {
+            int e;
+            prod = frexp(prod, &e);
+            sb = -(log(prod) + (double)(pexp + e) * 0.69314718055994530942);
         }
         if (g != NULL) g[b] = gb;
         if (s != NULL) s[b] = sb;
