@@ -103,9 +103,11 @@ def run_demo(
 def format_table(res: dict[str, Any]) -> str:
     """A human-readable table of :func:`run_demo`'s figures."""
     a = res["alpha"]
+    n = res["n_prompts"]
     rows = [
         ("", "watermarked", "unwatermarked"),
         (f"detected @ calibrated {a:.0%} FPR", f"{res['tpr']:.3f} (TPR)", f"{res['fpr']:.3f} (FPR)"),
+        ("  (texts detected)", f"{round(res['tpr'] * n)} of {n}", f"{round(res['fpr'] * n)} of {n}"),
         (f"detected @ analytic bound α={a}", f"{res['tpr_analytic']:.3f}", f"{res['fpr_analytic']:.3f}"),
         ("median z", f"{res['median_z_watermarked']:.2f}", f"{res['median_z_unwatermarked']:.2f}"),
         ("median p-value", f"{res['median_p_watermarked']:.2e}", f"{res['median_p_unwatermarked']:.2e}"),
@@ -118,4 +120,7 @@ def format_table(res: dict[str, Any]) -> str:
         f"threshold calibrated on {res['n_null']} unwatermarked samples\n"
     )
     ex = f"\nexample (watermarked): {res['example_watermarked'][:200]}…\n"
+    if res["fpr"] > 0:  # one text of a few is a large rate: say what the rate promises
+        ex = (f"\n(the FPR is read on {n} texts, so each false flag adds {1 / n:.3f}; the calibration promises "
+              f"{a:.0%} in expectation, not on {n} texts)") + ex
     return head + "\n".join(lines) + ex
