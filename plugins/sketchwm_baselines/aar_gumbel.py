@@ -161,7 +161,7 @@ class AARGumbelScheme(KeyedNoiseScheme):
         used = torch.where(step.masked, torch.full_like(self._keyed, -1), self._keyed)  # (B, G): committed and keyed
         seen = ((hashes[:, :, None] == used[:, None, :]) & (used[:, None, :] >= 0)).any(-1)  # (B, K)
         sel = sel & ~seen
-        sel = sel & first_occurrence(torch.where(sel, hashes, torch.zeros_like(hashes)), sel)  # one target per hash
+        sel = first_occurrence(hashes, sel)  # one target per hash (first_occurrence is False off sel)
         valid = step.marginals.target_valid
         b, k = valid.nonzero(as_tuple=True)  # (n,)
         pos = step.marginals.target_positions[b, k]  # (n,)
@@ -171,15 +171,18 @@ class AARGumbelScheme(KeyedNoiseScheme):
     # ------------------------------------------------------------------ detection
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
         """S = Σ −log(1 − r_x) with its exact Gamma(n, 1) p-value; ids, valid (B, N)."""
-        p = self.params
         ids, valid = self.check_ids(ids, valid)
+        fast = self._gumbel_scores_c(ids, valid)
+        s, n = fast if fast is not None else self._torch_scores(ids, valid)
+        z = standardise(s, n.double(), n.double())
+        return scores_from_log_p(gamma_logsf(s, n), z, n, "exact Gamma(n, 1)")
+
+    def _torch_scores(self, ids: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(S, n) of :meth:`score_ids` in torch: S (B,) float64 Aaronson's score, n (B,) int64 the scored
+        pairs (checked ids (B, N) int64, valid (B, N) bool)."""
+        p = self.params
         B, N = ids.shape
         V = self.vocab_size
-        fast = self._gumbel_scores_c(ids, valid)
-        if fast is not None:
-            s, n = fast
-            z = standardise(s, n.double(), n.double())
-            return scores_from_log_p(gamma_logsf(s, n), z, n, "exact Gamma(n, 1)")
         if self.keying == "position":
             pos = torch.arange(N, device=self.device).expand(B, N)  # (B, N)
             keep = valid  # distinct positions: every pair is distinct
@@ -191,10 +194,7 @@ class AARGumbelScheme(KeyedNoiseScheme):
         if self.scored_vocab is not None:
             keep = keep & self.scored_vocab.to(ids.device)[ids]  # (B, N): pairs of scored tokens only
         r = self.uniforms(counters)  # (B, N) float64
-        s = (-torch.log1p(-r) * keep).sum(1)  # (B,)
-        n = keep.sum(1)  # (B,)
-        z = standardise(s, n.double(), n.double())
-        return scores_from_log_p(gamma_logsf(s, n), z, n, "exact Gamma(n, 1)")
+        return (-torch.log1p(-r) * keep).sum(1), keep.sum(1)  # (B,), (B,)
 
     def _gumbel_scores_c(self, ids: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(S, n): S (B,) float64 Aaronson's score and n (B,) int64 the scored pairs, in one C pass per text
