@@ -1,4 +1,4 @@
-"""Issue 3 "Must show" metrics of the shipped ``default`` masked diffusion LM.
+"""Quality metrics of the shipped ``default`` masked diffusion LM.
 
 Prints human-readable lines, then as the LAST line one JSON object::
 
