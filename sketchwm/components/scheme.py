@@ -25,6 +25,8 @@ class SchemeScores:
         p_value: (B,) float64, p-value under the scheme's null.
         n_scored: (B,) int64, tokens that entered the statistic.
         p_value_method: e.g. "exact key-randomised (FFT)", "binomial", "gamma".
+        channels: for a scheme combined from channels (:class:`sketchwm.channels.CombinedScheme`),
+            each channel's own test by name: ((B,) float64 p-value, (B,) float64 z); None otherwise.
     """
 
     score: torch.Tensor
@@ -32,6 +34,7 @@ class SchemeScores:
     p_value: torch.Tensor
     n_scored: torch.Tensor
     p_value_method: str
+    channels: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
 @dataclass(frozen=True)
