@@ -1,4 +1,4 @@
-"""sketchwm's attack suite: substitution, insertion, deletion, reordering, flooding, paraphrase, stealing.
+"""sketchwm's attack suite: substitution, insertion, deletion, reordering, flooding, paraphrase, stealing, forgery.
 
 Registered through the ``sketchwm`` entry-point group (``attacks = "sketchwm_attacks"``) exactly
 like a third-party plugin. Every attack follows :class:`sketchwm.components.Attack`: a batch of
@@ -27,6 +27,10 @@ paraphrase-smollm2         SmolLM2-135M-Instruct sentence paraphraser (llm-smoll
 steal-scrub                watermark-stealing scrub (Jovanović et al. 2024)              token fraction
 spoof-insert               stolen boosted words inserted into (human) text               added / words
 spoof-substitute           stolen boosted words replacing words of (human) text          word fraction
+spoof-pair-insert          stolen boosted adjacent word pairs inserted                  added / words
+spoof-pair-substitute      stolen boosted adjacent word pairs replacing word pairs      word fraction
+spoof-adaptive             per-member (clustered) pairs and words; knows the scheme     added / words
+spoof-generate             unwatermarked DLM boosted by stolen frequency ratios         δ / max_delta
 =========================  ===========================================================  =============
 """
 
@@ -67,9 +71,13 @@ _ATTACK_CLASSES: tuple[tuple[str, str], ...] = (
     ("stealing", "StealingScrub"),
     ("forgery", "StolenInsertion"),
     ("forgery", "StolenSubstitution"),
+    ("thieves", "PairInsertion"),
+    ("thieves", "PairSubstitution"),
+    ("thieves", "AdaptiveThief"),
+    ("thieves", "GenerationSpoof"),
 )
 _EXPORTS = {"Pipeline": "base", "TextAttack": "base", "compose": "base", "WatermarkStealer": "stealing",
-            "DocFrequencyStealer": "forgery", "ClusteredStealer": "forgery"}
+            "DocFrequencyStealer": "forgery", "ClusteredStealer": "forgery", "PairStealer": "thieves"}
 
 
 def __getattr__(name: str) -> Any:
