@@ -1,9 +1,11 @@
 """Multiple-testing corrections over a family of p-values: Bonferroni and Holm (family-wise error
-rate), Benjamini–Hochberg (false discovery rate). Re-exported by :mod:`sketchwm.stats`.
+rate), Benjamini–Hochberg (false discovery rate), and the weighted Bonferroni bound that combines the
+channels of one watermark. Re-exported by :mod:`sketchwm.stats`.
 
-Used for attribution over many keys and for key families; vectorised along any ``dim``. Bad input
-(values outside [0, 1], NaN, a family size smaller than the p-values given) raises
-:class:`sketchwm.errors.InputError`.
+Used for attribution over many keys, for key families and for combined schemes
+(:class:`sketchwm.components.channel.CombinedScheme`); vectorised along any ``dim``. Bad input
+(values outside [0, 1], NaN, a family size smaller than the p-values given, weights outside (0, 1))
+raises :class:`sketchwm.errors.InputError`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import torch
 
 from .errors import InputError
 
-__all__ = ["bonferroni", "holm", "benjamini_hochberg"]
+__all__ = ["bonferroni", "weighted_bonferroni", "holm", "benjamini_hochberg"]
 
 
 def _no_nan(x: torch.Tensor | np.ndarray, name: str) -> None:
@@ -21,7 +23,6 @@ def _no_nan(x: torch.Tensor | np.ndarray, name: str) -> None:
     bad = bool(torch.isnan(x).any()) if torch.is_tensor(x) else bool(np.isnan(x).any())
     if bad:
         raise InputError(f"{name} contains NaN")
-
 
 
 def _check_p(p: torch.Tensor, m: int | None, dim: int) -> tuple[torch.Tensor, int]:
@@ -60,6 +61,41 @@ def bonferroni(p: torch.Tensor, m: int | None = None, dim: int = -1) -> torch.Te
     """
     p, m = _check_p(p, m, dim)
     return (p * m).clamp(max=1.0)
+
+
+def weighted_bonferroni(p_values: list[torch.Tensor], weights: list[float | np.ndarray | torch.Tensor]) -> torch.Tensor:
+    """The weighted Bonferroni bound over J tests of the same texts: p = min(1, min_j p_j / w_j).
+
+    P(p ≤ α) ≤ Σ_j P(p_j ≤ w_j·α) ≤ α on texts under the null whenever each p_j is valid and
+    Σ_j w_j ≤ 1, whatever the dependence between the tests (the weighted Bonferroni test; Genovese,
+    Roeder & Wasserman 2006, "False discovery control with p-value weighting"). Weights may differ
+    per text: the bound still holds when each p_j is valid conditionally on what the weights are
+    computed from (independent filtering; Bourgon, Gentleman & Huber 2010). Equal weights 1/J give
+    plain Bonferroni, J·min_j p_j.
+
+    Args:
+        p_values: J tensors (B,) float64 (a NaN p-value stays NaN in the result).
+        weights: J weights, each a float or a (B,) float64 array or tensor (one per text), in (0, 1),
+            summing to at most 1 for every text.
+
+    Returns:
+        (B,) float64 on the device of the first p-value.
+
+    Raises:
+        InputError: no p-values, len(p_values) != len(weights), a weight outside (0, 1), or weights
+            summing above 1.
+    """
+    if len(p_values) != len(weights) or not p_values:
+        raise InputError(f"need one weight per p-value, got {len(p_values)} p-values and {len(weights)} weights")
+    ws = [np.asarray(w.cpu().numpy() if torch.is_tensor(w) else w, dtype=np.float64) for w in weights]
+    if not all(bool(((w > 0.0) & (w < 1.0)).all()) for w in ws):
+        raise InputError(f"weights must lie in (0, 1), got {weights}")
+    if bool((sum(ws) > 1.0 + 1e-12).any()):
+        raise InputError(f"weights must sum to at most 1, got {weights}")
+    # (B,) arithmetic in numpy: a small torch op right after the channels' detector threads waits on torch's pool
+    ps = [x.detach().double().cpu().numpy() for x in p_values]
+    out = np.minimum(np.minimum.reduce([p / w for p, w in zip(ps, ws)]), 1.0)  # (B,)
+    return torch.from_numpy(np.asarray(out, dtype=np.float64)).to(p_values[0].device)
 
 
 def _sorted_adjust(p: torch.Tensor, m: int | None, dim: int, adjust) -> torch.Tensor:

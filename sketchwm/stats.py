@@ -22,7 +22,8 @@ Every scheme's detector and every benchmark calls these functions instead of re-
   one decision rule :func:`decide` (score > τ_N strictly, score >= τ_α) and its displayed threshold
   max(τ_N, τ_α) :func:`decision_threshold`.
 * **Multiple testing** over K keys (attribution) or many windows: :func:`bonferroni`,
-  :func:`holm`, :func:`benjamini_hochberg`.
+  :func:`holm`, :func:`benjamini_hochberg`; over the channels of one watermark:
+  :func:`weighted_bonferroni`.
 
 Conventions: p-value functions take and return torch tensors, float64, on the input's device and of
 the input's (broadcast) shape; nothing loops over texts in Python (scipy's vectorised ufuncs do the
@@ -42,7 +43,7 @@ import torch
 
 from .components import SchemeScores
 from .errors import InputError
-from .multiple_testing import _no_nan, benjamini_hochberg, bonferroni, holm  # noqa: F401 - re-exported
+from .multiple_testing import _no_nan, benjamini_hochberg, bonferroni, holm, weighted_bonferroni  # noqa: F401 - re-exported
 
 __all__ = [
     "check_alpha",
@@ -66,6 +67,7 @@ __all__ = [
     "decision_threshold",
     "decide",
     "bonferroni",
+    "weighted_bonferroni",
     "holm",
     "benjamini_hochberg",
 ]

@@ -241,23 +241,25 @@ def test_coverage_weighted_pvalue_holds_its_level_over_keys():
     assert 0.0 < mean <= 0.05 + 3 * (0.05 * 0.95 / (200 * 40)) ** 0.5, mean
 
 
-def test_combine_bonferroni_rejects_weights_outside_the_open_interval():
-    from sketchwm_builtin.sketch_green import combine_bonferroni
+def test_weighted_bonferroni_rejects_weights_outside_the_open_interval():
+    from sketchwm.multiple_testing import weighted_bonferroni
 
     p = torch.tensor([0.01, 0.2], dtype=torch.float64)
+    w = torch.tensor([0.5, 1.0], dtype=torch.float64)
     with pytest.raises(ValueError, match="weight"):
-        combine_bonferroni(p, p, torch.tensor([0.5, 1.0], dtype=torch.float64))
+        weighted_bonferroni([p, p], [w, 1.0 - w])
     with pytest.raises(ValueError, match="weight"):
-        combine_bonferroni(p, p, 0.0)
+        weighted_bonferroni([p, p], [0.0, 1.0])
     half = torch.tensor([0.5, 0.5], dtype=torch.float64)
-    got = combine_bonferroni(p, half, torch.tensor([0.25, 0.5]))  # per text: min(p_s/w, p_g/(1 − w))
+    w = torch.tensor([0.25, 0.5])
+    got = weighted_bonferroni([p, half], [w, 1.0 - w])  # per text: min(p_s/w, p_g/(1 − w))
     assert torch.allclose(got, torch.tensor([0.04, 0.4], dtype=torch.float64))
 
 
 def test_combine_weighted_bonferroni_checks_its_weights():
     """J tests: p = min(1, min_j p_j/w_j); weights outside (0, 1), summing above 1, or one per p-value
     missing are refused."""
-    from sketchwm_builtin.sketch_green import combine_weighted_bonferroni
+    from sketchwm.multiple_testing import weighted_bonferroni as combine_weighted_bonferroni
 
     p = [torch.tensor([0.01, 0.3], dtype=torch.float64), torch.tensor([0.02, 0.3], dtype=torch.float64),
          torch.tensor([0.004, 0.3], dtype=torch.float64)]

@@ -78,19 +78,28 @@ class AARGumbelParams(ContextParams):
 
 
 class AARGumbelScheme(KeyedNoiseScheme):
-    """Aaronson's Gumbel-max watermark: keyed uniforms replace the sampling noise (distortion-free)."""
+    """Aaronson's Gumbel-max watermark: keyed uniforms replace the sampling noise (distortion-free).
+
+    Args:
+        params: :class:`AARGumbelParams`.
+        key: the :class:`sketchwm.keys.WatermarkKey`.
+        vocab_size: V.
+        device: where tables live.
+        scored_vocab: (V,) bool, the tokens whose (context, token) pairs the detector scores (None,
+            the default: every pair). A combined scheme passes it when this is one of its channels
+            (``global-sketch-green`` scores the sketch's kept tokens only).
+    """
 
     name = "aar-gumbel"
     Params = AARGumbelParams
     strength = Strength.none("distortion-free: keyed uniforms replace the sampling noise, no strength knob")
 
-    def __init__(self, params, key, vocab_size: int, device="cpu"):
+    def __init__(self, params, key, vocab_size: int, device="cpu", scored_vocab: torch.Tensor | None = None):
         super().__init__(params, key, vocab_size, device)
         self._rows = KeyedRowCache()
         self._keyed: torch.Tensor | None = None  # (B, G) int64: hash each position was last keyed with, -1 = fresh noise
-        #: (V,) bool or None: the detector scores only pairs whose token is True here (None: every pair).
-        #: A host scheme sets it (``global-sketch-green`` scores the sketch's kept tokens only).
-        self.scored_vocab: torch.Tensor | None = None
+        #: (V,) bool or None: the detector scores only pairs whose token is True here (None: every pair)
+        self.scored_vocab: torch.Tensor | None = scored_vocab
 
     @property
     def keying(self) -> str:

@@ -41,6 +41,7 @@ from typing import Literal
 import torch
 from pydantic import Field
 
+from sketchwm.channels import Tilt
 from sketchwm.components import DenoiseStep, MarginalReads, Strength
 
 from .context import context_hash
@@ -230,14 +231,22 @@ class RedGreenDLMScheme(ContextGreenListScheme):
         zeros = torch.zeros((t.shape[0], K, V), dtype=torch.float32, device=t.device)
         return zeros.scatter_add_(-1, m.at_targets(t), m.at_targets(g))  # (B, K, V)
 
+    def tilt(self, step: DenoiseStep) -> Tilt | None:
+        """The logit increment of the exponential tilt (tilt) at the target rows, read at the step's
+        marginals: δ·∂J/∂p on each target's candidates, a :class:`~sketchwm.channels.Tilt` with
+        ``index`` (B, K, k) int64 and ``value`` (B, K, k) float32 (δ/(|O| + 1) with ``normalize``);
+        None when δ = 0 or nothing is masked."""
+        p = self.params
+        if p.delta == 0.0 or not bool(step.masked.any()):
+            return None
+        strength = p.delta / (len(p.context) + 1) if p.normalize else p.delta
+        t, g = self.candidate_gradient(step)  # (B, G, k) each
+        m = step.marginals
+        return Tilt(index=m.at_targets(t), value=strength * m.at_targets(g))
+
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
         """Exponential tilt (tilt) in logit space at the target rows: l + δ·∂J/∂p, (B, K, V) float32
-        (``step.marginals.target_logits()`` modified in place)."""
-        p = self.params
+        (``step.marginals.target_logits()`` modified in place; :meth:`tilt`)."""
+        increment = self.tilt(step)
         logits = step.marginals.target_logits()
-        if p.delta == 0.0 or not bool(step.masked.any()):
-            return logits
-        strength = p.delta / (len(p.context) + 1) if p.normalize else p.delta
-        t, g = self.candidate_gradient(step)
-        m = step.marginals
-        return logits.scatter_add_(-1, m.at_targets(t), strength * m.at_targets(g))
+        return logits if increment is None else increment.add_to(logits)

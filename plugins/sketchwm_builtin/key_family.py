@@ -62,9 +62,11 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from sketchwm.components import DenoiseStep, MarginalReads, Marginals, SchemeScores, Strength, WatermarkScheme
+from sketchwm.channels import ComposedScheme
+from sketchwm.components import DenoiseStep, MarginalReads, Marginals, SchemeScores, Strength
 from sketchwm.config import StrictModel
 from sketchwm.errors import ConfigError
+from sketchwm.multiple_testing import bonferroni
 from sketchwm.stats import normal_isf
 
 from .global_sketch import GlobalSketchParams, GlobalSketchScheme
@@ -149,7 +151,7 @@ def family_pvalues(p: torch.Tensor, z: torch.Tensor, correction: str = "bonferro
     K = p.shape[0]
     p_min, best = p.min(0)  # (B,), (B,)
     if correction == "bonferroni":
-        p_fam = (K * p_min).clamp(max=1.0)
+        p_fam = bonferroni(p_min[None], m=K, dim=0)[0]  # the smallest of K: min(1, K·p_min)
     elif correction == "sidak":
         p_fam = -torch.expm1(K * torch.log1p(-p_min.clamp(max=1.0 - 1e-16)))  # 1 − (1 − p)^K without cancellation
         p_fam = torch.where(p_min >= 1.0, torch.ones_like(p_fam), p_fam)
@@ -180,11 +182,11 @@ def family_pvalues(p: torch.Tensor, z: torch.Tensor, correction: str = "bonferro
         tail = stats.norm.sf(d.cpu().numpy())  # 1 − Φ(d_b)
     if not spread_test:
         return p_fam, best, d
-    p_spread = torch.from_numpy(np.minimum(1.0, K * tail)).to(p_fam)  # Bonferroni over the choice of b
+    p_spread = bonferroni(torch.from_numpy(np.asarray(tail))[None], m=K, dim=0)[0].to(p_fam)  # over the choice of b
     return torch.maximum(p_fam, p_spread), best, d
 
 
-class GlobalSketchFamilyScheme(WatermarkScheme):
+class GlobalSketchFamilyScheme(ComposedScheme):
     """The global sketch under one of K member keys per text, detected by family and spread tests.
 
     See the module doc for the construction and its guarantees.
@@ -230,14 +232,13 @@ class GlobalSketchFamilyScheme(WatermarkScheme):
         self._groups: list[tuple[int, torch.Tensor]] = []
 
     # ------------------------------------------------------------------ embedding
-    def set_stop_token(self, token_id: int | None) -> None:
-        """As :meth:`WatermarkScheme.set_stop_token`, for every member."""
-        super().set_stop_token(token_id)
-        for m in self.members:
-            m.set_stop_token(token_id)
+    def parts(self) -> list[GlobalSketchScheme]:
+        """The members: each is told the stop token (:meth:`ComposedScheme.set_stop_token`)."""
+        return self.members
 
     def begin(self, batch_size: int, gen_length: int, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> None:
-        """Forget the last batch's members; they are drawn at the first step (from its generator)."""
+        """Forget the last batch's members; they are drawn at the first step (from its generator), and
+        each drawn member starts on its own texts then."""
         self._begin = (batch_size, gen_length, prompt_ids, prompt_mask)
         self.drawn, self._groups = None, []
 
