@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 
+from sketchwm.bench.bootstrap import bootstrap_interval
 from sketchwm.bench.config import BenchConfig
 from sketchwm.bench.plan import Unit
 from sketchwm.bench.runner import RunContext
@@ -38,13 +39,6 @@ VARIANTS = {
     "coverage f=0.1": {"weighting": "coverage", "weight_floor": 0.1},
     "coverage f=0.25": {"weighting": "coverage", "weight_floor": 0.25},
 }
-
-
-def bootstrap(hits: np.ndarray, reps: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """95% percentile interval of the mean of ``hits`` (k,) bool over texts."""
-    rng = np.random.default_rng(seed)
-    means = hits[rng.integers(0, len(hits), (reps, len(hits)))].mean(1)
-    return float(np.quantile(means, 0.025)), float(np.quantile(means, 0.975))
 
 
 def main() -> None:
@@ -84,7 +78,7 @@ def main() -> None:
             analytic = p_wm <= 0.01
             rule = analytic & (o_wm.score.double().numpy() > tau)
             cov = (o_wm.n_scored.double() / v_wm.sum(1).double()).numpy()
-            lo, hi = bootstrap(rule)
+            _, lo, hi = bootstrap_interval(rule)
             print(json.dumps({"regime": regime, "scale": float(scale), "variant": label, "n": len(wm),
                               "tpr_p01": round(float(analytic.mean()), 3), "tpr_rule": round(float(rule.mean()), 3),
                               "ci": [round(lo, 3), round(hi, 3)], "null_p01": round(float((p_null <= 0.01).mean()), 3),

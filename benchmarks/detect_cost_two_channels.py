@@ -20,13 +20,13 @@ import time
 import torch
 
 from sketchwm.api import Watermarker
-from sketchwm.keys import WatermarkKey
+from sketchwm.bench.seeds import DEFAULT_KEY_SEED, bench_key
 
 
 def measure(n_texts: int, length: int, repeats: int, seed: int = 0) -> dict[str, float]:
     """Median seconds of ``score_ids`` of each scheme on (n_texts, length) ids: returns
     ``{"global-sketch": tok/s, "global-sketch-green": tok/s, "ratio": slow-down}``."""
-    key = WatermarkKey(b"detect-cost-two-channels".ljust(32, b"."))  # a fixed public test key
+    key = bench_key(DEFAULT_KEY_SEED, "key", 0)  # a fixed public test key
     schemes = {name: Watermarker(key, {"scheme": {"name": name}}).scheme for name in ("global-sketch", "global-sketch-green")}
     V = next(iter(schemes.values())).vocab_size
     ids = torch.randint(1000, V, (n_texts, length), generator=torch.Generator().manual_seed(seed))

@@ -29,7 +29,7 @@ def main() -> None:
     warnings.simplefilter("ignore")
     torch.set_num_threads(1)
     from sketchwm.api import Watermarker
-    from sketchwm.keys import WatermarkKey
+    from sketchwm.bench.seeds import DEFAULT_KEY_SEED, bench_key
     from sketchwm.testing.stopping import expected_length, stopping_backend
 
     G = args.gen_length
@@ -43,7 +43,7 @@ def main() -> None:
         if counting == "count":
             params["sketch"] = {"name": "count-sketch", "params": {"d": 4, "w": 256, "counting": "count"}}
         for k in range(args.keys):
-            wm = Watermarker(WatermarkKey(bytes([k + 7]) * 32), {"scheme": {"name": "global-sketch", "params": params}},
+            wm = Watermarker(bench_key(DEFAULT_KEY_SEED, "key", k), {"scheme": {"name": "global-sketch", "params": params}},
                              backend=be)
             prompts = ["the water"] * args.n
             base = wm.generate(prompts, seed=1, watermark=False, **kw)

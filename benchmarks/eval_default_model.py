@@ -31,19 +31,12 @@ import argparse
 import json
 import math
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-for p in (ROOT, ROOT / "plugins"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
-
-from sketchwm.data import load_prompts, load_records  # noqa: E402
-from sketchwm.default_model import (  # noqa: E402
+from sketchwm.data import load_prompts, load_records
+from sketchwm.default_model import (
     BANNED_TOKEN_IDS,
     MASK_TOKEN_ID,
     load_default_model,

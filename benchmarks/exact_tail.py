@@ -20,7 +20,6 @@ Default: the default model's vocabulary and packaged token prior. The last line 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
@@ -101,10 +100,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--keys", type=int, default=5)
     ap.add_argument("--lengths", type=int, nargs="+", default=[16, 32, 64])
-    ap.add_argument("--seed", type=int, default=0, help="keys are SHA-256 of (seed, index)")
+    ap.add_argument("--seed", type=int, default=0, help="keys are the harness's keys of key seed SEED (sketchwm.bench.seeds.bench_key)")
     args = ap.parse_args(argv)
     from sketchwm.data import load_token_counts
-    from sketchwm.keys import WatermarkKey
+    from sketchwm.bench.seeds import bench_key
     from sketchwm.registry import get_registry
 
     t0 = time.perf_counter()
@@ -115,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"  dropped")
     print(f"{'':>3s} {'':>3s}  {'a=1e-4  1e-6  1e-8':>32s}  {'1e-4  1e-6  1e-8':>24s}  {'1e-4  1e-6  1e-8':>24s}")
     for i in range(args.keys):
-        key = WatermarkKey(hashlib.sha256(f"exact-tail/{args.seed}/{i}".encode()).digest())
+        key = bench_key(str(args.seed), "key", i)
         scheme = reg.create("scheme", "global-sketch", {}, key, V)
         for n in args.lengths:
             r = check_scheme(scheme, n)

@@ -21,12 +21,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def capped_law(n: int, pi: np.ndarray, k: int, s: float | None) -> np.ndarray:
@@ -58,11 +55,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from sketchwm.api import Watermarker
     from sketchwm.data import load
-    from sketchwm.keys import WatermarkKey
+    from sketchwm.bench.seeds import DEFAULT_KEY_SEED, bench_key
 
     sketch = {"name": "count-sketch", "params": {"d": 4, "w": 256, "counting": "capped", "cap": args.cap,
                                                  "exclude_top": args.exclude_top}}
-    wm = Watermarker(WatermarkKey(b"fit-dispersion: no key is used!!"), {"scheme": {"name": "global-sketch",
+    wm = Watermarker(bench_key(DEFAULT_KEY_SEED, "key", 0), {"scheme": {"name": "global-sketch",
                                                                                    "params": {"sketch": sketch}}})
     scheme = wm.scheme
     V = scheme.vocab_size

@@ -15,22 +15,15 @@ The last line is one JSON object.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
 
 import torch
 
-from sketchwm.config import DEFAULT_SCHEME
+from sketchwm.bench.presets import BASE_PRESETS, preset_config
 
-CONFIGS = {
-    "default": {"scheme": {"name": DEFAULT_SCHEME}},
-    "sketch": {"scheme": {"name": "global-sketch"}},
-    "count": {"scheme": {"name": "global-sketch", "params": {
-        "sketch": {"name": "count-sketch", "params": {"d": 4, "w": 256}}, "null": "key-randomised"}}},
-    "unigram": {"scheme": {"name": "unigram"}},
-}
+CONFIGS = {tag: preset_config(tag) for tag in BASE_PRESETS}
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -49,13 +42,13 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(args.threads)
     from sketchwm.api import Watermarker
     from sketchwm.data import load_prompts
-    from sketchwm.keys import WatermarkKey
+    from sketchwm.bench.seeds import bench_key
     from sketchwm.registry import get_registry
 
     t0 = time.perf_counter()
     prompts = load_prompts("prompts", args.n_texts)
     null_prompts = load_prompts("prompts", args.n_null, offset=args.n_texts)
-    keys = [WatermarkKey(hashlib.sha256(f"flood-per-key/{args.seed}/{i}".encode()).digest()) for i in range(args.n_keys)]
+    keys = [bench_key(str(args.seed), "key", i) for i in range(args.n_keys)]
     base = Watermarker(keys[0])
     null = base.generate(null_prompts, seed=args.seed + 1, watermark=False, batch_size=args.batch_size)
     flood = get_registry().create("attack", "flood-token", {"choice": args.choice})

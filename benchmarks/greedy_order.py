@@ -28,23 +28,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-for p in (ROOT, ROOT / "plugins"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
-
-from sketchwm.context import BuildContext  # noqa: E402
-from sketchwm.data import load_prompts  # noqa: E402
-from sketchwm.engine import MaskedDiffusionSampler  # noqa: E402
-from sketchwm.keys import WatermarkKey  # noqa: E402
-from sketchwm.registry import get_registry  # noqa: E402
-from sketchwm.testing.neighbour import NeighbourBackend  # noqa: E402
+from sketchwm.bench.seeds import DEFAULT_KEY_SEED, bench_key
+from sketchwm.context import BuildContext
+from sketchwm.data import load_prompts
+from sketchwm.engine import MaskedDiffusionSampler
+from sketchwm.registry import get_registry
+from sketchwm.testing.neighbour import NeighbourBackend
 
 GREEDY = {"temperature": 0.0, "remasking": "low_confidence", "block_length": 32, "top_p": 1.0, "stop_at_eos": False}
 
@@ -114,7 +108,7 @@ def main(argv=None) -> int:
     ap.add_argument("--default-model", action="store_true", help="measurement 3 also on the shipped default model")
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    G, reg, key = args.gen_length, get_registry(), WatermarkKey(bytes(range(32)))
+    G, reg, key = args.gen_length, get_registry(), bench_key(DEFAULT_KEY_SEED, "key", 0)
     prompts = load_prompts("tiny", args.n, seed=3)
 
     from sketchwm.testing import tiny_backend

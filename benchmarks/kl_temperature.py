@@ -14,9 +14,7 @@ both logit sets by T, and whether the tilt changed the argmax; then the median d
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
-import statistics
 import sys
 
 import torch
@@ -41,10 +39,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     from sketchwm.api import Watermarker
     from sketchwm.bench.config import REGIMES
     from sketchwm.data import load_prompts
-    from sketchwm.keys import WatermarkKey
+    from sketchwm.bench.seeds import DEFAULT_KEY_SEED, bench_key
 
     prompts = [" ".join(t.split()[:20]) for t in load_prompts("human", args.n)]
-    key = WatermarkKey(hashlib.sha256(b"kl-probe").digest())
+    key = bench_key(DEFAULT_KEY_SEED, "key", 0)
     rows = []
     for regime in REGIME_NAMES:
         samp = dict(REGIMES[regime].sampler)  # block_length None: one block of the whole generation

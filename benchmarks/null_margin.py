@@ -18,7 +18,6 @@ The last line is one JSON object.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
@@ -29,7 +28,7 @@ import numpy as np
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n-keys", type=int, default=40)
-    ap.add_argument("--seed", type=int, default=0, help="keys are SHA-256 of (seed, index)")
+    ap.add_argument("--seed", type=int, default=0, help="keys are the harness's keys of key seed SEED (sketchwm.bench.seeds.bench_key)")
     ap.add_argument("--min-tokens", type=int, default=32)
     args = ap.parse_args(argv)
     from transformers import AutoTokenizer
@@ -37,7 +36,7 @@ def main(argv: list[str] | None = None) -> dict:
     from sketchwm.data import load_records
     from sketchwm.default_model import MODEL_DIR
     from sketchwm.detection import pad_ids
-    from sketchwm.keys import WatermarkKey
+    from sketchwm.bench.seeds import bench_key
     from sketchwm.registry import get_registry
 
     t0 = time.perf_counter()
@@ -53,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
     fpr0 = {d: [] for d in batches}
     fpr = {d: [] for d in batches}
     for i in range(args.n_keys):
-        key = WatermarkKey(hashlib.sha256(f"null-margin/{args.seed}/{i}".encode()).digest())
+        key = bench_key(str(args.seed), "key", i)
         scheme = reg.create("scheme", "global-sketch", {}, key, len(tok))
         flat = reg.create("scheme", "global-sketch", {"null_margin": 0.0}, key, len(tok))
         for d, (ids, valid) in batches.items():

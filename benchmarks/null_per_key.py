@@ -26,8 +26,8 @@ model's corpus and from the token prior; nothing was fitted on them), for each s
 
 The last six are run only when named (e.g. ``--schemes dmark gumbel-position family``).
 
-Keys are fresh random keys (``secrets``) unless ``--seed`` is given (keys then derive from the seed
-by SHA-256, for a reproducible draw). Texts are tokenised once with the default model's tokenizer;
+Keys are fresh random keys (``secrets``) unless ``--seed`` is given (keys then are the
+harness's keys of that key seed, ``sketchwm.bench.seeds.bench_key``, for a reproducible draw). Texts are tokenised once with the default model's tokenizer;
 passages shorter than ``--min-tokens`` are skipped. The last line is one JSON object.
 
     python benchmarks/null_per_key.py --n-keys 20
@@ -36,7 +36,6 @@ passages shorter than ``--min-tokens`` are skipped. The last line is one JSON ob
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 import time
@@ -44,33 +43,19 @@ import time
 import numpy as np
 import torch
 
-from sketchwm.config import DEFAULT_SCHEME
+from sketchwm.bench.presets import BASE_PRESETS, SCHEME_PRESETS
 
 DOMAINS = ("heldout-manpages", "heldout-culture")
-SCHEMES = {
-    "default": (DEFAULT_SCHEME, {}),
-    "sketch": ("global-sketch", {}),
-    "count": ("global-sketch", {"sketch": {"name": "count-sketch", "params": {"d": 4, "w": 256}},
-                                "null": "key-randomised"}),
-    "unigram": ("unigram", {}),
-    "dmark": ("dmark", {}),
-    "gumbel-position": ("gumbel-position", {}),
-    "family": ("global-sketch-family", {}),
-    "green": ("global-sketch-green", {"sampling": "free"}),
-    "red-green-dlm": ("red-green-dlm", {}),
-    "aar-gumbel": ("aar-gumbel", {}),
-}
-#: the tags run when ``--schemes`` is not given
-DEFAULT_SCHEMES = ("default", "sketch", "count", "unigram")
 
 
 def keys_for(n: int, seed: int | None) -> list:
-    """``n`` watermark keys: fresh random ones, or derived from ``seed`` (SHA-256 of seed and index)."""
+    """``n`` watermark keys: fresh random ones, or the harness's keys 0..n−1 of key seed ``seed``."""
+    from sketchwm.bench.seeds import bench_key
     from sketchwm.keys import WatermarkKey
 
     if seed is None:
         return [WatermarkKey.generate() for _ in range(n)]
-    return [WatermarkKey(hashlib.sha256(f"null-per-key/{seed}/{i}".encode()).digest()) for i in range(n)]
+    return [bench_key(str(seed), "key", i) for i in range(n)]
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -78,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--n-keys", type=int, default=20)
     ap.add_argument("--seed", type=int, default=None, help="derive keys from this seed (default: fresh random keys)")
     ap.add_argument("--domains", nargs="+", default=list(DOMAINS))
-    ap.add_argument("--schemes", nargs="+", default=list(DEFAULT_SCHEMES), choices=list(SCHEMES))
+    ap.add_argument("--schemes", nargs="+", default=list(BASE_PRESETS), choices=list(SCHEME_PRESETS))
     ap.add_argument("--params", default="{}", help="JSON: extra params per scheme tag, merged over the tag's params")
     ap.add_argument("--max-texts", type=int, default=0, help="use at most this many passages per domain (0: all)")
     ap.add_argument("--min-tokens", type=int, default=32)
@@ -107,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
     rows = []
     t0 = time.perf_counter()
     for tag in args.schemes:
-        name, params = SCHEMES[tag]
+        name, params = SCHEME_PRESETS[tag]
         params = {**params, **extra.get(tag, {})}
         for ki, key in enumerate(keys):
             scheme = reg.create("scheme", name, params, key, V)

@@ -36,20 +36,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-for p in (ROOT, ROOT / "plugins"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
-
-from sketchwm.api import Watermarker  # noqa: E402
-from sketchwm.keys import WatermarkKey  # noqa: E402
+from sketchwm.api import Watermarker
+from sketchwm.bench.seeds import DEFAULT_KEY_SEED, bench_key
 
 
 def prompts_for(n: int, seed: int, standin: bool) -> list[str]:
@@ -108,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = {"backend": {"name": args.backend, "params": {"path": path, **params}}, "sampler": sampler}
     if args.scheme:
         cfg["scheme"] = {"name": args.scheme, "params": json.loads(args.scheme_params)}
-    key = WatermarkKey(bytes(range(32)))  # a fixed, public smoke-test key
+    key = bench_key(DEFAULT_KEY_SEED, "key", 0)  # a fixed, public smoke-test key
     wm = Watermarker(key, cfg)
     be = wm.backend
     print(f"backend {be.model_id}: V={be.vocab_size} mask={be.mask_token_id} eos={be.eos_token_id} "

@@ -3,8 +3,10 @@
 ``generate``: per scheme, ``--n-max`` texts of the default DLM (128 tokens, its shipped sampler)
 watermarked under one victim key (prompts 0..n-1), and ``--n-max`` unwatermarked samples of the
 same open model (same prompts, other seeds): the thief's reference. Texts are appended batch by
-batch to JSONL files under ``--cache`` (resumable: a rerun continues where a file ends). Keys
-derive from ``--seed`` by SHA-256 (victim and unrelated key), so runs are reproducible. For the key
+batch to JSONL files under ``--cache`` (resumable: a rerun continues where a file ends; the folder
+names the victim key's fingerprint). Keys are the harness's (``sketchwm.bench.seeds.bench_key``) of
+key seed ``--seed``: the victim is the run's key 0, the unrelated key its first unrelated key, so
+runs are reproducible. For the key
 family each record also holds the member its text was embedded under (ground truth for the
 adaptive thief's clustering, never used by a thief).
 
@@ -34,7 +36,6 @@ the schemes it evaluates and keeps the others, and the plot is redrawn from the 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -42,6 +43,9 @@ import time
 from pathlib import Path
 
 import torch
+
+from sketchwm.bench.bootstrap import bootstrap_interval
+from sketchwm.bench.seeds import derive_seed
 
 #: scheme tag -> (registered scheme name, params); "none" is the unwatermarked model
 SCHEMES: dict[str, tuple[str, dict]] = {
@@ -65,10 +69,11 @@ VIEWS: dict[str, tuple[str, int]] = {"family-16-normal": ("family-16", 16), "fam
 
 
 def victim_key(seed: int, role: str = "victim"):
-    """The benchmark's key for ``role`` (``victim`` or ``unrelated``), derived from ``seed`` by SHA-256."""
-    from sketchwm.keys import WatermarkKey
+    """The benchmark's key for ``role``: ``victim``, the harness's key 0 of key seed ``seed``, or
+    ``unrelated``, that key's first unrelated key (:func:`sketchwm.bench.seeds.bench_key`)."""
+    from sketchwm.bench.seeds import bench_key
 
-    return WatermarkKey(hashlib.sha256(f"stealing/{seed}/{role}".encode()).digest())
+    return bench_key(str(seed), "key", 0) if role == "victim" else bench_key(str(seed), "unrelated-key", 0, 0)
 
 
 def default_cache() -> Path:
@@ -78,10 +83,11 @@ def default_cache() -> Path:
 
 
 def texts_path(cache: Path, seed: int, tag: str, length: int = 128, steps: int | None = None) -> Path:
-    """The generation file of scheme ``tag``: ``cache/seed{seed}/{tag}.jsonl`` (128 tokens, the
-    sampler's steps) or ``cache/seed{seed}/L{length}[s{steps}]/{tag}.jsonl``."""
+    """The generation file of scheme ``tag``: ``cache/seed{seed}-{fp}/{tag}.jsonl`` (128 tokens, the
+    sampler's steps) or ``cache/seed{seed}-{fp}/L{length}[s{steps}]/{tag}.jsonl``, ``fp`` the first 12
+    characters of the victim key's fingerprint (texts of another key are never read back)."""
     sub = ("" if length == 128 else f"L{length}") + ("" if steps is None else f"s{steps}")
-    return cache / f"seed{seed}" / sub / f"{tag}.jsonl"
+    return cache / f"seed{seed}-{victim_key(seed).fingerprint[:12]}" / sub / f"{tag}.jsonl"
 
 
 def read_texts(path: Path) -> list[dict]:
@@ -111,7 +117,7 @@ def generate(tag: str, n: int, seed: int, cache: Path, batch_size: int, length: 
         for b0 in range(len(done), n, batch_size):
             t0 = time.perf_counter()
             chunk = prompts[b0 : b0 + batch_size]
-            batch_seed = int.from_bytes(hashlib.sha256(f"{seed}/{tag}/{b0}".encode()).digest()[:6], "big")
+            batch_seed = derive_seed(seed, tag, b0)
             out = wm.generate(chunk, seed=batch_seed, watermark=bool(name), batch_size=batch_size)
             drawn = getattr(wm.scheme, "drawn", None) if name else None  # key family: each text's member
             for j, (p, t) in enumerate(zip(chunk, out.texts)):
@@ -128,18 +134,6 @@ def generate(tag: str, n: int, seed: int, cache: Path, batch_size: int, length: 
 def sampler_settings(length: int, steps: int | None) -> dict:
     """The sampler overrides of a run: ``gen_length`` and, when given, ``steps``."""
     return {"gen_length": length, **({} if steps is None else {"steps": steps})}
-
-
-def bootstrap_rate(hits: "np.ndarray", n_boot: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """Rate of a 0/1 array and its 95% percentile-bootstrap interval (Efron 1979): (rate, lo, hi)."""
-    import numpy as np
-
-    hits = np.asarray(hits, dtype=np.float64)
-    if hits.size == 0:
-        return float("nan"), float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    boots = hits[rng.integers(0, hits.size, (n_boot, hits.size))].mean(1)
-    return float(hits.mean()), float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))
 
 
 class OracleStealer:
@@ -173,7 +167,7 @@ def evaluate(args: argparse.Namespace, cache: Path) -> dict:
         human += load(dom)[: args.n_human]
     none = read_texts(texts_path(cache, args.seed, "none", args.length, args.steps))
     rows: list[dict] = []
-    gen = lambda tag: torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(tag.encode()).digest()[:6], "big"))  # noqa: E731
+    gen = lambda tag: torch.Generator().manual_seed(derive_seed(tag))  # noqa: E731
 
     def ids_of(texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
         return pad_ids([x if x else [0] for x in backend.encode(texts)])
@@ -185,7 +179,7 @@ def evaluate(args: argparse.Namespace, cache: Path) -> dict:
         return (scheme.score_ids(ids, valid).p_value.double() <= args.alpha).numpy()
 
     def record(tag, thief, n, metric, hits, **extra):
-        rate, lo, hi = bootstrap_rate(hits, seed=len(rows))
+        rate, lo, hi = bootstrap_interval(hits, seed=len(rows))
         rows.append({"scheme": tag, "thief": thief, "n_stolen": n, "budget": args.budget, "metric": metric,
                      "value": rate, "lo": lo, "hi": hi, "n": int(np.asarray(hits).size), **extra})
         print(f"{tag:14s} {thief:22s} N={n:5d} {metric:18s} {rate:6.3f} [{lo:.3f}, {hi:.3f}] (n={np.asarray(hits).size})",
@@ -348,7 +342,7 @@ def price(args: argparse.Namespace, cache: Path) -> dict:
         with path.open("a") as fh:
             for b0 in range(len(done), args.n_power, args.batch_size):
                 chunk = prompts[b0: b0 + args.batch_size]
-                bs = int.from_bytes(hashlib.sha256(f"{args.seed}/member-0/{b0}".encode()).digest()[:6], "big")
+                bs = derive_seed(args.seed, "member-0", b0)
                 out = wm.generate(chunk, seed=bs, batch_size=args.batch_size)
                 for j, (pr, t) in enumerate(zip(chunk, out.texts)):
                     fh.write(json.dumps({"i": b0 + j, "prompt": pr, "text": t, "ids": out.ids[j, : int(out.lengths[j])].tolist()}) + "\n")
@@ -370,9 +364,9 @@ def price(args: argparse.Namespace, cache: Path) -> dict:
         flag = lambda i, v: (det.score_ids(i, v).p_value.double() <= args.alpha).numpy()  # noqa: E731
         hits = np.stack([flag(ids[:, :L], valid[:, :L]) for L in lengths])  # (L, B)
         first = np.where(hits.any(0), np.array(lengths)[hits.argmax(0)], np.inf)
-        row = {"tpr": bootstrap_rate(hits[-1]), "tpr@16": bootstrap_rate(hits[lengths.index(16)]),
-               "tpr@32": bootstrap_rate(hits[lengths.index(32)]), "median-tokens-to-detect": float(np.median(first)),
-               "fpr": bootstrap_rate(flag(nids, nvalid) if none else []), "n": len(texts), "n_null": len(none)}
+        row = {"tpr": bootstrap_interval(hits[-1]), "tpr@16": bootstrap_interval(hits[lengths.index(16)]),
+               "tpr@32": bootstrap_interval(hits[lengths.index(32)]), "median-tokens-to-detect": float(np.median(first)),
+               "fpr": bootstrap_interval(flag(nids, nvalid) if none else []), "n": len(texts), "n_null": len(none)}
         res[name] = row
         print(f"{name:32s} TPR@{args.length} {row['tpr'][0]:.3f} [{row['tpr'][1]:.3f}, {row['tpr'][2]:.3f}]  "
               f"TPR@16 {row['tpr@16'][0]:.3f} [{row['tpr@16'][1]:.3f}, {row['tpr@16'][2]:.3f}]  "

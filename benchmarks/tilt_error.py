@@ -40,23 +40,18 @@ Last line: {"regimes": {remasking: {rule: {"resolved": ..., "used_vs_exact": {..
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _perf import add_common_args, setup  # noqa: E402
-
-from sketchwm.components import DenoiseStep, MarginalReads, Marginals  # noqa: E402
-from sketchwm.data import load  # noqa: E402
-from sketchwm.detection import Detector  # noqa: E402
-from sketchwm.engine import MaskedDiffusionSampler  # noqa: E402
-from sketchwm.keys import WatermarkKey  # noqa: E402
-from sketchwm.registry import get_registry  # noqa: E402
+from sketchwm.bench.seeds import DEFAULT_KEY_SEED, bench_key
+from sketchwm.components import DenoiseStep, MarginalReads, Marginals
+from sketchwm.data import load
+from sketchwm.detection import Detector
+from sketchwm.engine import MaskedDiffusionSampler
+from sketchwm.keys import WatermarkKey
+from sketchwm.registry import get_registry
 
 PAIRS = ("used_vs_exact", "linear_vs_exact", "used_vs_linear")
 
@@ -165,7 +160,8 @@ def markdown(regimes: dict, block_length: int, z_texts: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_common_args(ap, repeats=1)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     ap.add_argument("--remasking", default="random,low_confidence,entropy", help="comma-separated remasking rules")
     ap.add_argument("--refresh", default="auto,once",
                     help="comma-separated marginal_refresh rules to measure (auto, once, block, block-all, or an integer)")
@@ -177,10 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--z-batch", type=int, default=16, help="texts per batch of the detection-z runs")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    dev = setup(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    dev = torch.device(args.device)
     reg = get_registry()
     backend = reg.create("backend", "default", {"device": str(dev)})
-    key = WatermarkKey(hashlib.sha256(b"sketchwm/benchmarks/tilt_error").digest())
+    key = bench_key(DEFAULT_KEY_SEED, "key", 0)
     base = {**(backend.sampler_defaults or {}), "gen_length": args.gen_length}
     prompts = list(load("prompts"))[: args.prompts]
     rules = [_rule(r) for r in args.refresh.split(",") if r]

@@ -14,7 +14,6 @@ definition of the benchmark harness); texts never detected count as +∞, so the
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import statistics
@@ -23,7 +22,10 @@ import time
 
 import torch
 
-from flood_per_key import CONFIGS  # the same three configurations as the flooding benchmark
+from sketchwm.bench.presets import BASE_PRESETS, preset_config
+
+#: the same configurations as the flooding benchmark
+CONFIGS = {tag: preset_config(tag) for tag in BASE_PRESETS}
 
 
 def tokens_to_detect(p_by_prefix: torch.Tensor, lengths: list[int]) -> list[float]:
@@ -55,11 +57,11 @@ def main(argv: list[str] | None = None) -> dict:
         torch.set_num_threads(args.threads)
     from sketchwm.api import Watermarker
     from sketchwm.data import load_prompts
-    from sketchwm.keys import WatermarkKey
+    from sketchwm.bench.seeds import bench_key
 
     t0 = time.perf_counter()
     prompts = load_prompts("prompts", args.n_texts)
-    key = WatermarkKey(hashlib.sha256(f"tokens-to-detect/{args.seed}".encode()).digest())
+    key = bench_key(str(args.seed), "key", 0)
     rows = []
     for tag in args.schemes:
         wm = Watermarker(key, CONFIGS[tag])

@@ -283,9 +283,9 @@ def test_stealing_benchmark_bootstrap_and_plot(tmp_path):
     spec = importlib.util.spec_from_file_location("bench_stealing", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    rate, lo, hi = mod.bootstrap_rate(np.array([1] * 30 + [0] * 70))
+    rate, lo, hi = mod.bootstrap_interval(np.array([1] * 30 + [0] * 70))
     assert rate == pytest.approx(0.3) and 0.2 < lo < 0.3 < hi < 0.4
-    assert mod.bootstrap_rate(np.zeros(50)) == (0.0, 0.0, 0.0)
+    assert mod.bootstrap_interval(np.zeros(50)) == (0.0, 0.0, 0.0)
     df = pd.DataFrame([{"scheme": s, "thief": "doc-frequency/spoof-insert", "n_stolen": n, "metric": "spoof-rate",
                         "value": v, "lo": v / 2, "hi": min(1.0, v * 1.5)}
                        for s, vals in (("a", (0.2, 0.6)), ("b", (0.0, 0.02))) for n, v in zip((50, 200), vals)])

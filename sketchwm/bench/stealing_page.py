@@ -27,10 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-__all__ = ["Stealing", "stealing_rows", "stealing_section", "bootstrap_interval", "thief_label"]
+from .bootstrap import bootstrap_interval
 
-#: resamples of the percentile bootstrap
-N_BOOT = 2000
+__all__ = ["Stealing", "stealing_rows", "stealing_section", "bootstrap_interval", "thief_label"]
 
 
 @dataclass
@@ -43,16 +42,6 @@ class Stealing:
     html: str
     rows: pd.DataFrame
     png: str | None
-
-
-def bootstrap_interval(hits: np.ndarray, seed: int = 0, n_boot: int = N_BOOT) -> tuple[float, float, float]:
-    """Mean of a 0/1 array (n,) and its 95% percentile-bootstrap interval: (rate, lo, hi); NaNs when empty."""
-    hits = np.asarray(hits, dtype=np.float64)
-    if hits.size == 0:
-        return float("nan"), float("nan"), float("nan")
-    rng = np.random.default_rng(seed)
-    boots = hits[rng.integers(0, hits.size, (n_boot, hits.size))].mean(1)  # (n_boot,)
-    return float(hits.mean()), float(np.quantile(boots, 0.025)), float(np.quantile(boots, 0.975))
 
 
 def stealing_rows(df: pd.DataFrame) -> pd.DataFrame:

@@ -36,8 +36,6 @@ The pure functions (:func:`chain_rule_summary`, :func:`fisher_terms`, :func:`sou
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import math
 from typing import Any, Sequence
@@ -47,6 +45,7 @@ import torch
 
 from ..keys import WatermarkKey
 from .metric import THEORY_KINDS
+from .seeds import bench_key
 
 __all__ = ["PathRecorder", "chain_rule_summary", "fisher_terms", "soundness_summary", "edit_bound", "edit_ratios",
            "random_edits", "adversarial_substitutions", "sampling_path", "soundness_pvalues", "theory_key",
@@ -193,7 +192,7 @@ def chain_rule_summary(kl_sum: np.ndarray, log_ratio: np.ndarray) -> dict[str, f
 # ---------------------------------------------------------------------------- (c) soundness
 def theory_key(key_seed: str, index: int) -> WatermarkKey:
     """Key ``index`` of the soundness check: HMAC-SHA256(key_seed, "sketchwm/bench/theory-key/<index>")."""
-    return WatermarkKey(hmac.new(key_seed.encode(), f"sketchwm/bench/theory-key/{index}".encode(), hashlib.sha256).digest())
+    return bench_key(key_seed, "theory-key", index)
 
 
 def soundness_summary(p_values: np.ndarray, alpha: float, level: float = 0.01) -> dict[str, float]:
