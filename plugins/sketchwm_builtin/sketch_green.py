@@ -151,9 +151,10 @@ class SketchGreenScheme(CombinedScheme):
                                              registry=registry, tokenizer_fingerprint=tokenizer_fingerprint)
         self.green_channel = RedGreenDLMScheme(cfg(p.green, delta=p.scale * p.green.delta), key.subkey(GREEN_DOMAIN),
                                                vocab_size, device)
-        keep = self.sketch_channel.sketch.keep if p.keyed_scores == "kept" else None
+        keep = self.sketch_channel.sketch.keep if p.keyed_scores == "kept" else None  # (V,) the sketch's kept tokens
         self.sampling_channel = None if p.sampling == "free" else AARGumbelScheme(
-            cfg(p.keyed), key.subkey(SAMPLING_DOMAIN), vocab_size, device, scored_vocab=None if keep is None else keep.bool())
+            cfg(p.keyed), key.subkey(SAMPLING_DOMAIN), vocab_size, device, scored_vocab=keep)
+        self.fixed_weight = p.weighting == "fixed" or p.sketch.coverage_full is None  # one w for every text
         a = 0.0 if self.sampling_channel is None else p.sampling_weight
         w = self.sketch_weight  # the sketch's share of α per text, split with the keyed channel
         self.combine(
@@ -161,46 +162,42 @@ class SketchGreenScheme(CombinedScheme):
             Channel("green", self.green_channel, "increment", lambda s, n: 1.0 - w(s, n), share=self.green_share),
             Channel("keyed-sampling", self.sampling_channel, "noise", lambda s, n: a * w(s, n))
             if self.sampling_channel is not None else None)
-        self.prior_fingerprint = self.sketch_channel.prior_fingerprint
-        self.prior_desc = self.sketch_channel.prior_desc
+        self.prior_fingerprint, self.prior_desc = self.sketch_channel.prior_fingerprint, self.sketch_channel.prior_desc
 
     def green_share(self, sketch: Tilt) -> torch.Tensor | None:
         """The green channel's share of its tilt per text: 1 − min(1, c/c*) (B,) under ``handover``, c the
         sketch's coverage at the step; None (all of it) without the handover or a sketch tilt."""
-        full = self.sketch_channel.params.coverage_full
-        if not self.params.handover or full is None or sketch.coverage is None:
-            return None
-        return 1.0 - (sketch.coverage / full).clamp(max=1.0)
+        c, full = sketch.coverage, self.params.sketch.coverage_full
+        handover = self.params.handover and full is not None and c is not None
+        return 1.0 - (c / full).clamp(max=1.0) if handover else None
 
     def sketch_weight(self, scores: dict[str, SchemeScores], n_tokens: torch.Tensor) -> float | torch.Tensor:
         """The sketch's share w of α per text: the float ``weight`` under ``weighting: fixed`` (or without
         ``coverage_full``), else (B,) float64 f + (1 − 2f)·min(1, (n_d/N)/c*) ∈ [f, 1 − f], n_d the sketch's
         ``n_scored`` (distinct kept tokens) and N = ``n_tokens`` (B,) int64."""
         p, full = self.params, self.sketch_channel.params.coverage_full
-        if p.weighting == "fixed" or full is None:
+        if self.fixed_weight:
             return float(p.weight)
         cov = scores["sketch"].n_scored.cpu().numpy().astype(np.float64) / np.maximum(n_tokens.cpu().numpy(), 1)
         return torch.from_numpy(p.weight_floor + (1.0 - 2.0 * p.weight_floor) * np.minimum(cov / full, 1.0))
 
     def weight_rule(self) -> str:
         """The shares of α, for the p-value method."""
-        f, full = self.params.weight_floor, self.sketch_channel.params.coverage_full
-        w = (f"w = {self.params.weight:g}" if self.params.weighting == "fixed" or full is None
-             else f"w = {f:g} + {1 - 2 * f:g}·min(1, coverage/{full:g}) per text")
-        if self.sampling_channel is None:
-            return f"sketch w, green 1 − w; {w}"
-        return f"sketch (1 − a)·w, green 1 − w, keyed sampling a·w with a = {self.params.sampling_weight:g}; {w}"
+        p, f, a = self.params, self.params.weight_floor, self.params.sampling_weight if self.sampling_channel else 0.0
+        c = p.sketch.coverage_full
+        w = f"{p.weight:g}" if self.fixed_weight else f"{f:g} + {1 - 2 * f:g}·min(1, coverage/{c:g}) per text"
+        return f"sketch (1 − a)·w, green 1 − w, keyed sampling a·w; a = {a:g}, w = {w}"
 
-    def attribute(self, ids: torch.Tensor, valid: torch.Tensor, n_keys: int, top: int = 5, chunk: int = 8192,
-                  bank: Any = None) -> Any:
-        """Rank K key-family members for each text through the sketch channel
-        (:meth:`GlobalSketchScheme.attribute`; the green and keyed channels are the same for every
-        member). Returns its :class:`~sketchwm_builtin.global_sketch.Attribution`.
+    def attribute(self, ids: torch.Tensor, valid: torch.Tensor, n_keys: int, **kw: Any) -> Any:
+        """Rank K key-family members for each text through the sketch channel: ids (B, N) int64, valid
+        (B, N) bool, and ``top``, ``chunk``, ``bank`` as :meth:`GlobalSketchScheme.attribute` (the green
+        and keyed channels are the same for every member). Returns its
+        :class:`~sketchwm_builtin.global_sketch.Attribution`.
 
         Raises:
             InputError: n_keys < 1, a bank with fewer than ``n_keys`` members, ids outside [0, V).
         """
-        return self.sketch_channel.attribute(ids, valid, n_keys, top=top, chunk=chunk, bank=bank)
+        return self.sketch_channel.attribute(ids, valid, n_keys, **kw)
 
     def describe(self) -> dict[str, Any]:
         """Config plus the sketch channel's resolved prior."""

@@ -1,0 +1,146 @@
+"""Channels and combined schemes (sketchwm/channels.py): a combined scheme is its declared channels, its
+tilt is the channels' tilts, its p-value the weighted Bonferroni bound over the channels' own p-values
+(each reported by name in ``SchemeScores.channels``), and the generation hooks reach every channel."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from sketchwm.channels import Channel, CombinedScheme, ComposedScheme, Tilt, union_reads
+from sketchwm.components import DenoiseStep, MarginalReads, Marginals
+from sketchwm.config import StrictModel
+from sketchwm.errors import ConfigError
+from sketchwm.keys import WatermarkKey
+from sketchwm.multiple_testing import weighted_bonferroni
+from sketchwm.registry import get_registry
+
+V = 120
+MASK = 4
+KEY = WatermarkKey(bytes(range(32)))
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+class _TwoGreen(CombinedScheme):
+    """Two red-green-dlm channels under two subkeys, each an increment with half of α."""
+
+    name = "test-two-green"
+
+    class Params(StrictModel):
+        """No parameters."""
+
+    def __init__(self, params, key, vocab_size: int, device="cpu", channels: tuple[str, ...] = ("a", "b"),
+                 acts: str = "increment"):
+        super().__init__(params, key, vocab_size, device)
+        reg = get_registry()
+        self.combine(*[Channel(n, reg.create("scheme", "red-green-dlm", {"delta": 1.5}, key.subkey(n), vocab_size),
+                               acts, 1.0 / len(channels)) for n in channels])
+
+
+def _step(B: int, G: int, seed: int) -> DenoiseStep:
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn((B, G, V), generator=g)
+    logits[..., :5] = float("-inf")
+    masked = torch.rand((B, G), generator=g) < 0.6
+    tokens = torch.where(masked, torch.full((B, G), MASK), torch.randint(5, V, (B, G), generator=g))
+    return DenoiseStep(step=0, total_steps=4, tokens=tokens, masked=masked, marginals=Marginals.canvas(logits, masked),
+                       prompt_ids=torch.tensor([[9, 17]] * B), prompt_mask=torch.ones(B, 2, dtype=torch.bool),
+                       block=(0, G), mask_token_id=MASK, generator=torch.Generator().manual_seed(seed))
+
+
+def test_combined_tilt_adds_the_increments_and_the_pvalue_is_bonferroni_over_the_channels():
+    """Two increment channels: tilt = l + Σ_j increment_j (each read at the untilted marginals);
+    p = min(1, 2·min(p_a, p_b)); ``channels`` holds each channel's own (p, z) as float64."""
+    both = _TwoGreen({}, KEY, V)
+    a, b = (c.scheme for c in both.channels)
+    step = _step(2, 12, seed=1)
+    raw = step.marginals.logits.clone()
+
+    def fresh() -> DenoiseStep:
+        return dataclasses.replace(step, marginals=Marginals.canvas(raw.clone(), step.masked))
+
+    got = both.process_logits(fresh())
+    want = raw + (a.process_logits(fresh()) - raw) + (b.process_logits(fresh()) - raw)
+    live = torch.isfinite(raw) & step.masked[..., None]
+    assert torch.allclose(got[live], want[live], atol=1e-5)
+    assert both.reads == a.reads and both.noise == "sampler"
+
+    ids = torch.randint(5, V, (16, 40), generator=torch.Generator().manual_seed(2))
+    valid = torch.ones_like(ids, dtype=torch.bool)
+    out = both.score_ids(ids, valid)
+    pa, pb = a.score_ids(ids, valid), b.score_ids(ids, valid)
+    assert torch.equal(out.p_value, torch.clamp(2 * torch.minimum(pa.p_value.double(), pb.p_value.double()), max=1.0))
+    assert list(out.channels) == ["a", "b"]
+    for name, s in (("a", pa), ("b", pb)):
+        p, z = out.channels[name]
+        assert p.dtype == z.dtype == torch.float64 and p.shape == (16,)
+        assert torch.equal(p, s.p_value.double()) and torch.equal(z, s.z.double())
+    assert out.p_value_method.startswith("weighted Bonferroni over two channels (a 0.5, b 0.5)")
+
+
+def test_a_channel_is_added_by_declaring_it():
+    """A third channel is one more entry: its p-value enters the bound at its weight."""
+    three = _TwoGreen({}, KEY, V, channels=("a", "b", "c"))
+    ids = torch.randint(5, V, (8, 40), generator=torch.Generator().manual_seed(3))
+    valid = torch.ones_like(ids, dtype=torch.bool)
+    ps = [s.p_value.double() for s in three.channel_scores(ids, valid)]
+    assert torch.equal(three.score_ids(ids, valid).p_value, weighted_bonferroni(ps, [1 / 3] * 3))
+    assert list(three.score_ids(ids, valid).channels) == ["a", "b", "c"]
+
+
+def test_combine_refuses_what_it_cannot_combine():
+    """Repeated names, two channels that rewrite the rows, and no channel at all are refused."""
+    with pytest.raises(ConfigError, match="distinct names"):
+        _TwoGreen({}, KEY, V, channels=("a", "a"))
+    with pytest.raises(ConfigError, match="at most one rows channel"):
+        _TwoGreen({}, KEY, V, acts="rows")
+    with pytest.raises(ConfigError, match="one or more channels"):
+        _TwoGreen({}, KEY, V, channels=())
+
+
+def test_the_stop_token_and_begin_reach_every_part():
+    """ComposedScheme forwards set_stop_token and begin to every part (the combined schemes and the key family)."""
+    both = _TwoGreen({}, KEY, V)
+    both.set_stop_token(7)
+    assert both.stop_token_id == 7 and all(c.scheme.stop_token_id == 7 for c in both.channels)
+    with pytest.raises(ConfigError, match="outside the vocabulary"):
+        both.set_stop_token(V)
+    family = get_registry().create("scheme", "global-sketch-family",
+                                   {"members": 3, "decoys": 2, "member": {"prior": {"source": "uniform"}}}, KEY, V)
+    assert isinstance(family, ComposedScheme)
+    family.set_stop_token(11)
+    assert all(m.stop_token_id == 11 for m in family.members)
+
+
+def test_the_default_reports_its_three_channels():
+    """global-sketch-green: channels ``sketch``, ``green``, ``keyed-sampling`` (two under ``sampling: free``),
+    each the p-value and z of the scheme it names."""
+    reg = get_registry()
+    sketch = {"prior": {"source": "uniform"}, "coverage_full": 0.25}
+    default = reg.create("scheme", "global-sketch-green", {"sketch": sketch}, KEY, V)
+    ids = torch.randint(5, V, (12, 48), generator=torch.Generator().manual_seed(4))
+    valid = torch.ones_like(ids, dtype=torch.bool)
+    out = default.score_ids(ids, valid)
+    assert list(out.channels) == ["sketch", "green", "keyed-sampling"]
+    for c, s in zip(default.channels, default.channel_scores(ids, valid)):
+        assert torch.equal(out.channels[c.name][0], s.p_value.double().cpu())
+    free = reg.create("scheme", "global-sketch-green", {"sketch": sketch, "sampling": "free"}, KEY, V)
+    assert list(free.score_ids(ids, valid).channels) == ["sketch", "green"] and free.noise == "sampler"
+    assert default.noise == "keyed" and default.reads == MarginalReads.masked()
+
+
+def test_union_reads_and_tilt_shares():
+    """union_reads: masked rows if any channel reads them (incremental only if all do), else the widest
+    ``near``, else the targets; Tilt.add_to adds each text's increment times its share."""
+    near2, near1, sampled = MarginalReads.near(2), MarginalReads.near(1), MarginalReads.sampled()
+    assert union_reads([sampled, near1, near2]) == near2
+    assert union_reads([sampled]) == sampled
+    assert union_reads([MarginalReads.masked(incremental=True), near2]) == MarginalReads.masked()
+    assert union_reads([MarginalReads.masked(incremental=True)] * 2) == MarginalReads.masked(incremental=True)
+    logits = torch.zeros(2, 1, 4)
+    inc = Tilt(index=torch.tensor([[[1, 1]], [[2, 3]]]), value=torch.ones(2, 1, 2))
+    inc.add_to(logits, torch.tensor([0.5, 1.0]))
+    assert torch.equal(logits, torch.tensor([[[0.0, 1.0, 0.0, 0.0]], [[0.0, 0.0, 1.0, 1.0]]]))
