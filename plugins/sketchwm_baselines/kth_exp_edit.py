@@ -25,9 +25,9 @@ resolution is 1/(P+1) (``n_permutations``, default 99: smallest p = 0.01). ``sco
 
 Cost: the DP is vectorised over batch × (key + P null keys) × n shifts × m window columns, with one
 Python step per text token (the horizontal recursion is a ``cummin``): O((P+1)·n·m²) cell updates
-per text — 0.4 G for n = 256, m = 128, P = 99, about 5-10 s per text on one busy CPU core
-(``window="free"``: O((P+1)·(n+m)·m), ~0.2 s). Raise P for finer p-values; lower ``key_len`` or
-use ``window="free"`` for speed.
+per text — 0.4 G for n = 256, m = 128, P = 99 (``window="free"``: O((P+1)·(n+m)·m), about 1%
+of that at these sizes). Raise P for finer p-values; lower ``key_len`` or use ``window="free"`` for
+speed.
 """
 
 from __future__ import annotations
