@@ -1,4 +1,4 @@
-"""Multi-key attribution as one bit-packed product (beyond the paper; see ``global_sketch`` "Keys").
+"""Multi-key attribution as one bit-packed product (beyond the paper; see :mod:`sketchwm_builtin.global_sketch.attribution`).
 
 What is attributed. A *key family* shares the sketch key k_sk — hence the Count-Sketch hash h_r,
 signs σ_r and excluded tokens, so every member sees the same integer sketch H(y) = Φᵀx(y) ∈ Z^D of

@@ -2,7 +2,7 @@
 
 The expected sketch of eq. (5) of the seed paper needs the column sums Σ_{i∈M_t} p_i(v) of the
 masked marginals (``count``); its presence analogue needs Σ_{i∈M_t} log(1 − p_i(v)) (the log of the
-probability that v appears at no masked position; :mod:`sketchwm_builtin.global_sketch`). Written
+probability that v appears at no masked position; :mod:`sketchwm_builtin.global_sketch.embed`). Written
 naively both cost several passes over the (B, R, V) marginals: a softmax into a buffer, then
 clamp, log1p and a batched product (plus, for the tilt, a division per entry). This module does it
 in one cache-blocked pass over the logits and one small gather:

@@ -1,5 +1,5 @@
-"""``sketchwm prior estimate``: the token prior π_tok for a model other than the default (added by the
-global-sketch plugin through the hook ``sketchwm_register_commands``).
+"""``sketchwm prior estimate``: the token prior π_tok for a model other than the default (added by
+:mod:`sketchwm_builtin.register` through the hook ``sketchwm_register_commands``).
 
 Usage::
 
@@ -23,15 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sketchwm.hookspecs import hookimpl
-
-__all__ = ["add_prior_command", "cmd_prior_estimate", "sketchwm_register_commands"]
-
-
-@hookimpl
-def sketchwm_register_commands(subparsers: Any, parents: Any) -> None:
-    """Add ``sketchwm prior`` (see module doc)."""
-    add_prior_command(subparsers, parents)
+__all__ = ["add_prior_command", "cmd_prior_estimate"]
 
 
 def with_prior(scheme, params: dict, spec: dict) -> dict:

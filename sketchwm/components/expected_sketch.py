@@ -1,7 +1,7 @@
 """The expected sketch of a text cut at its first EOS: row scans over the masked marginals.
 
 Used by :meth:`sketchwm.components.sketch.Sketch.expected_weights_stopping`; the model and its
-derivation are in the module doc of ``sketchwm_builtin.global_sketch``.
+derivation are in the module doc of ``sketchwm_builtin.global_sketch.embed``.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def expected_weights_stopping(
         (B, K, ·) at ``rows`` if given (a fresh tensor): ∂ŵ_v/∂p_i(v) at each row (0 on invalid
         rows, at e, after a frozen EOS and, in column v, from v's first frozen position on).
         Source: eq. (5) extended to the text cut at its first EOS (the paper has no EOS; derivation in
-        the module doc of ``sketchwm_builtin.global_sketch``).
+        the module doc of ``sketchwm_builtin.global_sketch.embed``).
     
     ``sketch``: the :class:`~sketchwm.components.sketch.Sketch` (its ``counting``, ``keep`` and
     scratch buffer). :meth:`Sketch.expected_weights_stopping` is this function.

@@ -204,7 +204,7 @@ class Sketch(Component):
 
         ``count``: E[x] = c_F + Σ_{i∈M} p_i (eq. 5), n̂ = N. ``presence``: E[x_v] = 1 if v is frozen,
         else 1 − Π_{i∈M}(1 − p_i(v)) (independent positions), n̂ = Σ_v E[x_v] (a plug-in for the
-        random number of distinct tokens, see :mod:`sketchwm_builtin.global_sketch`).
+        random number of distinct tokens, see :mod:`sketchwm_builtin.global_sketch.embed`).
 
         Args:
             frozen_counts: (B, V) float32 counts of the unmasked tokens.

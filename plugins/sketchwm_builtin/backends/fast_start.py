@@ -31,12 +31,38 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-__all__ = ["DeferredTokenizer", "load_tokenizer_and_config", "files_digest"]
+__all__ = ["DeferredTokenizer", "load_tokenizer_and_config", "files_digest", "auto_load", "quiet_transformers"]
 
 #: files whose bytes decide what ``AutoTokenizer``/``AutoConfig`` build from a directory
 _FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "config.json",
           "vocab.txt", "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json")
 _VERSION = 1  # of the facts' layout
+
+
+def auto_load(path: str) -> tuple[Any, Any]:
+    """(``AutoTokenizer``, ``AutoConfig``) of the local checkpoint directory ``path``, offline.
+
+    Raises:
+        ModelFileError: either cannot be loaded.
+    """
+    from transformers import AutoConfig, AutoTokenizer
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    quiet_transformers()
+    try:
+        return AutoTokenizer.from_pretrained(path), AutoConfig.from_pretrained(path)
+    except Exception as exc:  # noqa: BLE001
+        from sketchwm.errors import ModelFileError
+
+        raise ModelFileError(f"cannot load model from {path}: {exc}") from exc
+
+
+def quiet_transformers() -> None:
+    """Silence transformers' progress bars and info logs (the CLI prints one line per error)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
 
 
 def files_digest(path: str | os.PathLike) -> str:
@@ -111,9 +137,7 @@ class DeferredTokenizer:
             ModelFileError: it cannot be loaded.
         """
         if self._full is None:
-            from .hf_masked_lm import _auto_load
-
-            self._full = _auto_load(self._path)[0]
+            self._full = auto_load(self._path)[0]
         return self._full
 
     def get_vocab(self) -> dict[str, int]:
@@ -164,9 +188,7 @@ def load_tokenizer_and_config(path: str) -> tuple[Any, Any]:
                 return DeferredTokenizer(path, backend, facts), SimpleNamespace(**facts["config"])
         except Exception:  # noqa: BLE001 - any doubt (unreadable cache, other files): the full path
             pass
-    from .hf_masked_lm import _auto_load
-
-    tok, cfg = _auto_load(path)
+    tok, cfg = auto_load(path)
     if cache is not None and getattr(tok, "is_fast", False) and (Path(path) / "tokenizer.json").is_file():
         _write_facts(cache, tok, cfg)
     return tok, cfg

@@ -18,6 +18,8 @@ from sketchwm.components import DLMBackend
 from sketchwm.config import StrictModel
 from sketchwm.errors import ConfigError, ModelFileError
 
+from .fast_start import load_tokenizer_and_config, quiet_transformers
+
 #: model types that compute position ids from the pad token themselves
 _SELF_POSITIONED = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer", "data2vec-text", "roberta-prelayernorm"}
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -64,30 +66,6 @@ def apply_chat_template(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]
         s = tokenizer.apply_chat_template([{"role": "user", "content": t}], add_generation_prompt=True, tokenize=False)
         out.append(list(tokenizer.encode(s, add_special_tokens=False)))
     return out
-
-
-def _auto_load(path: str) -> tuple[Any, Any]:
-    """(``AutoTokenizer``, ``AutoConfig``) of the local checkpoint directory ``path``, offline.
-
-    Raises:
-        ModelFileError: either cannot be loaded.
-    """
-    from transformers import AutoConfig, AutoTokenizer
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    quiet_transformers()
-    try:
-        return AutoTokenizer.from_pretrained(path), AutoConfig.from_pretrained(path)
-    except Exception as exc:  # noqa: BLE001
-        raise ModelFileError(f"cannot load model from {path}: {exc}") from exc
-
-
-def quiet_transformers() -> None:
-    """Silence transformers' progress bars and info logs (the CLI prints one line per error)."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
 
 
 class HFBackendParams(StrictModel):
@@ -157,8 +135,6 @@ class HFMaskedLMBackend(DLMBackend):
         Raises:
             ModelFileError: no such directory, or the tokenizer or configuration cannot be read.
         """
-        from .fast_start import load_tokenizer_and_config
-
         if not path or not os.path.isdir(path):
             raise ModelFileError(f"{self.name}: model directory not found: {path!r} (params.path must be a local directory)")
         try:
