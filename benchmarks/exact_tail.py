@@ -1,7 +1,7 @@
 """Exact tails: the default detector's printed p-value against the exact law of its statistic.
 
 Under the background null of the default ``global-sketch`` (each kept token present independently
-with q_v(n) = 1 − (1 − π_v)^n for a text of n tokens; ``plugins/sketchwm_builtin/global_sketch.py``,
+with q_v(n) = 1 − (1 − π_v)^n for a text of n tokens; ``plugins/sketchwm_builtin/global_sketch/null.py``,
 module doc) the statistic is T = Σ_v c_k(v) x_v with integer weights c_k(v). This script computes
 the law of T by a direct dynamic programme — T is convolved in, one group of tokens with equal
 (c, π) at a time, each group a scaled binomial; plain positive sums, so every probability keeps its

@@ -1,7 +1,7 @@
 """The background null's margin β: how far the per-key mean of z moves between human text domains.
 
 The default detector's p-value is the exact tail of the background null shifted up by β standard
-deviations (``null_margin``; ``plugins/sketchwm_builtin/global_sketch.py``, module doc). The law's
+deviations (``null_margin``; ``plugins/sketchwm_builtin/global_sketch/null.py``, module doc). The law's
 tail is exact, so β has one job left: the background model's mean for a fixed key can be off on a
 text domain it never saw. This script measures that offset where β is set, on the shipped
 ``human`` set (5 domains of the default model's test split, the corpus the token prior comes from):

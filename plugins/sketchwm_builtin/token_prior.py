@@ -1,7 +1,7 @@
 """The token prior π_tok for one vocabulary: estimate it, store it, and pin it in the key's configuration.
 
 π_tok balances the Count-Sketch signs (paper eq. 4), picks the ``exclude_top`` most frequent tokens,
-and is the background token model of the fixed-key null (:mod:`sketchwm_builtin.global_sketch`). It
+and is the background token model of the fixed-key null (:mod:`sketchwm_builtin.global_sketch.null`). It
 belongs to one tokenizer: sketchwm ships it for the default model only. For any other model estimate
 it once, from unwatermarked samples of that model (:func:`estimate_from_samples`, preferred: the
 null is "text from this model") or from a corpus through its tokenizer
