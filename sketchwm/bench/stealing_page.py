@@ -3,11 +3,11 @@
 Rows come from the harness's ``spoof`` cells (``stealing`` block of a bench config; one cell per
 scheme setting, key, thief and ``train_n``): the generation spoofer ``steal-spoof`` and each text
 spoofer of ``stealing.text_attacks`` (e.g. ``spoof-insert``, ``spoof-substitute``, forging human
-passages). A forged text counts as spoofed when the run's one decision rule flags it under the
-victim key (the ``detected`` column of its text row: score ≥ max(τ_N, τ_α) at 1% FPR). Per
-(regime, scheme, thief, N) the texts of every key are pooled; the figure is the fraction flagged
-with a 95% percentile-bootstrap interval over texts (Efron 1979; 2,000 resamples, seeded), and the
-spread over keys as ± one standard deviation. Scrub rates (``scrub`` cells) are listed beside, as
+passages). A forged text counts as spoofed when the run's one decision rule
+(docs/pvalue-and-thresholds.md) flags it under the victim key at 1% FPR (the ``detected`` column of
+its text row). Per (regime, scheme, thief, N) the texts of every key are pooled; the figure is the
+fraction flagged with a 95% percentile-bootstrap interval over texts (Efron 1979; 2,000 resamples,
+seeded), and the spread over keys as ± one standard deviation. Scrub rates (``scrub`` cells) are listed beside, as
 the harness's summary values averaged over keys. A thief with parameters is named with them
 (``spoof-insert[clusters=16]``: the adaptive thief). Where the run scores forgeries under unrelated
 keys (``stealing.unrelated_keys``), the table adds the unrelated-key rate: per forged text the
