@@ -85,9 +85,14 @@ def interleaved_medians(fns: dict[str, Callable[[], Any]], repeats: int, dev: to
 
 def report(lines: list[str], res: dict[str, Any]) -> None:
     """Print the human-readable ``lines``, then ``res`` as one JSON object, the last line (what the
-    tests and the README read)."""
+    tests and the README read), with the machine it ran on (:func:`sketchwm.bench.machine.machine`)
+    added as ``"machine"``. A ``"better"`` map in ``res`` declares the headline figures that the
+    publish command tracks over runs (:mod:`sketchwm.bench.publish`)."""
     import json
 
+    from sketchwm.bench.machine import machine
+
+    res = {**res, "machine": machine()}
     for line in lines:
         print(line)
     print(json.dumps(res))

@@ -41,6 +41,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _perf import add_common_args, builtin_registry, interleaved, median_ms, setup  # noqa: E402
 
+from sketchwm.bench.machine import machine  # noqa: E402
 from sketchwm.components import DenoiseStep, Marginals  # noqa: E402
 from sketchwm.keys import WatermarkKey  # noqa: E402
 
@@ -98,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     res = {"ratio": ratio("default", "softmax"), "ratio_inplace": ratio("default_inplace", "softmax_inplace"),
            "ratio_count": ratio("count", "softmax"), "ratio_count_inplace": ratio("count_inplace", "softmax_inplace"),
            "median_ms": {k: median_ms(v) for k, v in times.items()}, "device": str(dev), "shape": [B, G, V],
-           "D": schemes["default"].sketch.dim, "threads": torch.get_num_threads(), "repeats": args.repeats, "eos": args.eos}
+           "D": schemes["default"].sketch.dim, "threads": torch.get_num_threads(), "repeats": args.repeats, "eos": args.eos,
+           "better": {k: "lower" for k in ("ratio", "ratio_inplace", "ratio_count", "ratio_count_inplace")},
+           "machine": machine()}
     for k, v in res["median_ms"].items():
         print(f"{k:>16}: {v:8.2f} ms")
     print(json.dumps(res))

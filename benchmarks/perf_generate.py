@@ -44,6 +44,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _perf import add_common_args, setup  # noqa: E402
 
+from sketchwm.bench.machine import machine  # noqa: E402
 from sketchwm.data import load  # noqa: E402
 from sketchwm.detection import Detector  # noqa: E402
 from sketchwm.engine import MaskedDiffusionSampler  # noqa: E402
@@ -161,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({"ratio": table[DEFAULT], "schemes": table, "refresh": MaskedDiffusionSampler(backend, cfg, schemes[DEFAULT]).refresh,
                       "unwatermarked_s": round(statistics.median(base_s), 2), "prompts": len(prompts),
                       "gen_length": args.gen_length, "device": str(dev), "threads": torch.get_num_threads(),
-                      "repeats": args.repeats, "clock": args.clock, "remasking": cfg.get("remasking", "random"), **extra}))
+                      "repeats": args.repeats, "clock": args.clock, "remasking": cfg.get("remasking", "random"), **extra,
+                      "better": {"ratio": "lower"}, "machine": machine()}))
     return 0
 
 
