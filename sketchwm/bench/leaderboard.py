@@ -37,7 +37,7 @@ from .publish import write_section
 from .results import read_results
 from .stealing_page import stealing_section
 
-__all__ = ["Table", "aggregate", "tables", "build_leaderboard", "README_START", "README_END"]
+__all__ = ["Table", "aggregate", "tables", "build_leaderboard", "scheme_versions", "UNVERSIONED", "README_START", "README_END"]
 
 README_START = "<!-- sketchwm-leaderboard:start -->"
 README_END = "<!-- sketchwm-leaderboard:end -->"
@@ -370,12 +370,45 @@ def _missing(results: str | os.PathLike, df: pd.DataFrame) -> list[str]:
     except Exception:  # noqa: BLE001 - no config, or one naming plugins not installed here
         return []
     have = set(df["cell_hash"].astype(str))
+    # rows without a version were hashed under an older cell identity: their cells cannot be matched here
+    old = {k for k, v in scheme_versions(df).items() if UNVERSIONED in v}
     todo: dict[tuple[str, str], list[int]] = {}
     for u, cells in units:
+        if u.scheme_name in old:
+            continue
         n = todo.setdefault((u.scheme, cfg.regime_list[u.regime].name), [0, 0])
         n[0] += sum(c.hash not in have for c in cells)
         n[1] += len(cells)
     return [f"{s} · {r} ({a} of {b} cells)" for (s, r), (a, b) in sorted(todo.items()) if a]
+
+
+#: the version shown for rows written before schemes carried one (no ``scheme_version`` column)
+UNVERSIONED = "unversioned"
+
+
+def scheme_versions(df: pd.DataFrame) -> dict[str, list[str]]:
+    """{scheme name: the versions its rows were run at, sorted}; rows without a recorded version read
+    :data:`UNVERSIONED`.
+
+    Raises:
+        InputError: a scheme's rows come from two versions (or from one version and rows without
+            one): a page would compare the older code's cells with the newer's as one scheme. The
+            message names the versions; remove the older parts or rerun them into a fresh folder.
+    """
+    from ..errors import InputError
+
+    name = df["scheme_name"] if "scheme_name" in df else df["scheme"]
+    ver = df["scheme_version"] if "scheme_version" in df else pd.Series(UNVERSIONED, index=df.index)
+    ver = ver.astype(object).where(ver.notna() & (ver.astype(str) != ""), UNVERSIONED).astype(str)
+    out = {str(k): sorted(set(v)) for k, v in ver.groupby(name.astype(str), sort=True)}
+    mixed = {k: v for k, v in out.items() if len(v) > 1}
+    if mixed:
+        raise InputError("these results mix cells of two versions of a scheme: "
+                         + "; ".join(f"{k} ({', '.join(v)})" for k, v in mixed.items())
+                         + ". Rows of different versions come from different code; rerun the grid into a fresh "
+                           "folder, or remove the older version's parts (column `scheme_version`) before "
+                           "building the board")
+    return out
 
 
 def _atomic_write(path: Path, data: str | bytes) -> None:
@@ -401,6 +434,7 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
         the paths written. Raises InputError: no results.
     """
     df = _with_regime(read_results(results))
+    versions = scheme_versions(df)  # refuses two versions of one scheme
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     agg = aggregate(df)
@@ -451,6 +485,14 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
     md.append("↑ higher is better, ↓ lower; ± one standard deviation over keys; TPR at a FPR uses the one decision "
               "rule score ≥ max(τ_N, τ_α), τ_N conformal from a calibration split of unwatermarked texts of the same "
               "model, length and key, the FPR measured on a disjoint split.")
+    unversioned = [k for k, v in versions.items() if v == [UNVERSIONED]]
+    ver_note = ("Scheme versions: " + ", ".join(f"{k} {v[0]}" for k, v in versions.items() if v != [UNVERSIONED])
+                if len(unversioned) < len(versions) else "")
+    if unversioned:
+        ver_note += ("; " if ver_note else "") + (
+            f"unversioned: {', '.join(unversioned)} (cells run before a scheme's version and resolved params were part "
+            "of a cell's identity: this board cannot show that they match the installed code)")
+    md += ["", ver_note + "."]
     missing = _missing(results, df)
     if missing:
         note = ("Not in this board: the run's config plans these settings, which have no results yet (the run "
@@ -471,6 +513,7 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
     page = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>sketchwm leaderboard</title>'
             f"<style>{_CSS}</style></head><body><h1>sketchwm leaderboard</h1><p class=\"meta\">{e(meta)}</p>"
             + (f"<pre>{e(command)}</pre>" if command else "")
+            + f'<p id="versions" class="notes">{e(ver_note)}.</p>'
             + (f'<p id="missing" class="notes">{e(note.replace("`", "") + "; ".join(missing))}.</p>' if missing else "")
             + f"<nav>{nav}</nav>{mt.html}{steal.html}<h2 id=\"detailed\">Detailed tables</h2>{''.join(to_html_table(t) for t in tabs)}"
             f"<h2 id=\"plots\">Plots</h2>{imgs}"

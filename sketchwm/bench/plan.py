@@ -73,11 +73,13 @@ class Unit:
     prompt_set: int
     regime: int = 0
     curve: str = ""  # the entry's label: the variants of one strength sweep share it
+    scheme_version: str = ""  # the scheme class's ``version`` when the plan was made
 
 
 @dataclass(frozen=True)
 class Cell:
-    """One thing done to a unit's texts; ``hash`` is the content hash of everything that defines its rows."""
+    """One thing done to a unit's texts; ``hash`` is the content hash of everything that defines its rows
+    (:func:`cell_identity`)."""
 
     unit: Unit
     kind: str
@@ -109,8 +111,26 @@ def metric_names(cfg: BenchConfig, registry: Any) -> list[str]:
     return list(names)
 
 
+def resolved_params(cls: Any, params: dict[str, Any] | None) -> dict[str, Any]:
+    """``params`` of component class ``cls`` as the component runs them: validated by its ``Params``
+    model, every default filled in, as JSON values (raises :class:`ConfigError` when invalid)."""
+    return cls.parse_params(params).model_dump(mode="json")
+
+
+def scheme_identity(cls: Any, params: dict[str, Any] | None) -> dict[str, Any]:
+    """The part of a cell's identity that the scheme fixes: its name, its ``version`` class attribute
+    and its resolved params (:func:`resolved_params`). A changed default or a bumped version changes
+    it, hence the hash of every cell of the scheme: a results folder then reruns those cells instead
+    of reusing rows the older code or defaults produced."""
+    return {"scheme": cls.name, "scheme_version": str(cls.version), "params": resolved_params(cls, params)}
+
+
 def plan(cfg: BenchConfig, registry: Any) -> list[tuple[Unit, list[Cell]]]:
     """Every unit of the grid with its cells (order: schemes, backends, lengths, prompt sets, keys).
+
+    A cell's hash covers everything that defines its rows: the run's shared settings, the scheme's
+    identity (:func:`scheme_identity`: resolved params and version), the backend, key, length,
+    prompts and regime, the attack with its resolved params, and the cell's own fields.
 
     Raises:
         RegistryError: unknown scheme, backend (other than ``tiny``), attack or metric.
@@ -120,8 +140,8 @@ def plan(cfg: BenchConfig, registry: Any) -> list[tuple[Unit, list[Cell]]]:
     for b in cfg.backends:
         if b.name != "tiny":
             registry.get("backend", b.name).parse_params(b.params)
-    for a in cfg.attacks:
-        registry.get("attack", a.name).parse_params(a.params)
+    attack_params = {(a.name, json.dumps(a.params, sort_keys=True)): resolved_params(registry.get("attack", a.name), a.params)
+                     for a in cfg.attacks}
     for ta in cfg.stealing.text_attacks if cfg.stealing else []:
         if not isinstance(ta, str):
             registry.get("attack", ta.name).parse_params(ta.params)
@@ -152,24 +172,27 @@ def plan(cfg: BenchConfig, registry: Any) -> list[tuple[Unit, list[Cell]]]:
                         for pi, ps in enumerate(cfg.prompt_sets):
                             for k in range(cfg.keys):
                                 unit = Unit(label, s.name, json.dumps(params, sort_keys=True), bi, k, length, pi, ri,
-                                            s.label or s.name)
-                                ident = {**common, "scheme": s.name, "params": params, "backend": b.model_dump(mode="json"),
+                                            s.label or s.name, str(cls.version))
+                                ident = {**common, **scheme_identity(cls, params), "backend": b.model_dump(mode="json"),
                                          "key": fps[k], "length": length, "prompts": ps.model_dump(mode="json")}
                                 if cfg.regimes:  # the default regime keeps the hashes of configs without regimes
                                     ident["regime"] = regime.model_dump(mode="json")
                                 cells = []
 
                                 def add(kind: str, attack: str, strength: float, aparams: dict, n: int, train_n: int = 0,
-                                        extra: dict | None = None) -> None:
+                                        extra: dict | None = None, resolved: dict | None = None) -> None:
+                                    # the hash reads the attack's resolved params where given, the cell keeps those written
                                     h = config_hash({**ident, "kind": kind, "attack": attack, "strength": strength,
-                                                     "attack_params": aparams, "n": n, "train_n": train_n, **(extra or {})})
+                                                     "attack_params": aparams if resolved is None else resolved, "n": n,
+                                                     "train_n": train_n, **(extra or {})})
                                     cells.append(Cell(unit, kind, attack, float(strength), json.dumps(aparams, sort_keys=True),
                                                       n, train_n, h))
 
                                 add("clean", "none", 0.0, {}, ps.n)
                                 for a in cfg.attacks:
                                     for st in a.strengths:
-                                        add("attack", a.name, st, a.params, min(ps.n, a.n or ps.n))
+                                        add("attack", a.name, st, a.params, min(ps.n, a.n or ps.n),
+                                            resolved=attack_params[a.name, json.dumps(a.params, sort_keys=True)])
                                 if cfg.stealing is not None:
                                     sp = cfg.stealing.identity()
                                     for tn in cfg.stealing.train_n:

@@ -32,7 +32,8 @@ from ..errors import ConfigError
 from ..keys import WatermarkKey
 from .config import BenchConfig
 from .metric import CellData, Metric, decisions
-from .plan import ALPHAS, Cell, Unit, _seed, attack_family, bench_registry, derive_key, derive_unrelated_key, metric_names, plan  # noqa: F401 - re-exported
+from .plan import (ALPHAS, Cell, Unit, _seed, attack_family, bench_registry, derive_key, derive_unrelated_key,  # noqa: F401 - re-exported
+                   metric_names, plan, resolved_params)
 from .results import done_cells, git_commit, remove_stale_parts, write_part
 from .theory import THEORY_KINDS, theory_cell
 
@@ -222,6 +223,14 @@ class RunContext:
             d = st.value_of(cls.parse_params(None))
             return st.field or "", float("nan") if v is None else v, v == d, st.stronger
         return self._get(("knob", unit), build)
+
+    def resolved_params(self, unit: Unit) -> str:
+        """The unit's scheme params as the scheme runs them (every default filled in), as sorted JSON:
+        the ``scheme_params_resolved`` column, the params part of the cells' identity."""
+        def build() -> str:
+            cls = self.registry.get("scheme", unit.scheme_name)
+            return json.dumps(resolved_params(cls, json.loads(unit.scheme_params)), sort_keys=True)
+        return self._get(("resolved", unit), build)
 
     def scheme(self, unit: Unit) -> Any:
         """The keyed scheme of ``unit`` on its backend's device."""
@@ -496,7 +505,8 @@ def run_cell(ctx: RunContext, cell: Cell) -> list[dict[str, Any]]:
     be = ctx.backend(unit.backend)
     head = {
         "run": ctx.cfg.name, "cell_hash": cell.hash, "cell_kind": cell.kind, "scheme": unit.scheme,
-        "scheme_name": unit.scheme_name, "scheme_params": unit.scheme_params, "curve": unit.curve or unit.scheme,
+        "scheme_name": unit.scheme_name, "scheme_params": unit.scheme_params,
+        "scheme_version": unit.scheme_version, "scheme_params_resolved": ctx.resolved_params(unit), "curve": unit.curve or unit.scheme,
         "regime": ctx.cfg.regime_list[unit.regime].name, "regime_index": unit.regime, "knob": ctx.knob(unit)[0], "knob_value": ctx.knob(unit)[1],
         "default_strength": ctx.knob(unit)[2], "knob_stronger": ctx.knob(unit)[3], "tokens_step": ctx.cfg.tokens_step,
         "min_tokens": int(getattr(ctx.scheme(unit), "min_tokens", 1)) if cell.kind not in THEORY_KINDS else None, "backend": ctx.cfg.backends[unit.backend].name,

@@ -131,6 +131,12 @@ class WatermarkScheme(Component):
     #: The strength knob and its default sweep (:class:`Strength`); a scheme that declares none is
     #: benchmarked as a single point.
     strength: ClassVar[Strength] = Strength.none()
+    #: The scheme's behaviour version: part of every benchmark cell's identity
+    #: (:func:`sketchwm.bench.plan.plan`) beside its resolved ``Params``. Bump it (``"1"`` → ``"2"``)
+    #: with any change to what the scheme generates or scores at the same params, so that the cells a
+    #: results folder holds from the older code are rerun, not reused; ``sketchwm leaderboard``
+    #: refuses to put two versions of one scheme on a page.
+    version: ClassVar[str] = "1"
 
     def __init__(self, params, key, vocab_size: int, device="cpu"):
         self._init_table_owner(params, vocab_size, device)
