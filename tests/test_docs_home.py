@@ -55,3 +55,13 @@ def test_the_decision_rule_is_stated_once():
     stated = [p.name for p in pages if statement.search(p.read_text(encoding="utf-8"))]
     assert stated == [RULE_PAGE], f"the decision rule is stated in {stated}"
     assert "## The one decision rule" in (ROOT / "docs" / RULE_PAGE).read_text(encoding="utf-8")
+
+
+def test_every_registered_component_is_on_the_components_page():
+    from sketchwm.registry import get_registry
+
+    reg = get_registry()
+    text = (ROOT / "docs" / "components.md").read_text(encoding="utf-8")
+    missing = [f"{kind} {name}" for kind in ("scheme", "attack", "backend", "sketch", "score", "remasking")
+               for name in reg.names(kind) if f"`{name}`" not in text]
+    assert not missing, f"registered but not on docs/components.md: {missing}"
