@@ -147,8 +147,8 @@ class SketchGreenScheme(CombinedScheme):
         def cfg(model: StrictModel, **over: Any) -> dict:
             return {**model.model_dump(mode="json"), "min_tokens": p.min_tokens, **over}
 
-        self.sketch_channel = _SketchChannel(cfg(p.sketch, delta=p.scale * p.sketch.delta), key, vocab_size, device,
-                                             registry=registry, tokenizer_fingerprint=tokenizer_fingerprint)
+        self.sketch_channel = GlobalSketchScheme(cfg(p.sketch, delta=p.scale * p.sketch.delta), key, vocab_size, device,
+                                                 registry=registry, tokenizer_fingerprint=tokenizer_fingerprint)
         self.green_channel = RedGreenDLMScheme(cfg(p.green, delta=p.scale * p.green.delta), key.subkey(GREEN_DOMAIN),
                                                vocab_size, device)
         keep = self.sketch_channel.sketch.keep if p.keyed_scores == "kept" else None  # (V,) the sketch's kept tokens
@@ -202,13 +202,3 @@ class SketchGreenScheme(CombinedScheme):
     def describe(self) -> dict[str, Any]:
         """Config plus the sketch channel's resolved prior."""
         return {**super().describe(), "resolved_prior": self.sketch_channel.prior_desc}
-
-
-class _SketchChannel(GlobalSketchScheme):
-    """``global-sketch`` as the ``rows`` channel: its tilt and coverage as one :class:`Tilt`."""
-
-    def tilt(self, step: Any) -> Tilt:
-        """The tilted target rows (B, K, V) float32 and the coverage c (B,) of the step (None: no tilt)."""
-        self.coverage = None
-        logits = self.process_logits(step)
-        return Tilt(logits=logits, coverage=self.coverage)
