@@ -79,13 +79,11 @@ class SamplerConfig(StrictModel):
             others get the cached rows gathered (:class:`RefreshedMarginals`, random remasking
             only, every masked row at each refresh). ``auto`` (default): ``once`` for incremental
             schemes under ``random`` remasking (the stale rows are spread over the canvas and the
-            sampled ones are fresh; 1.1-1.2× the unwatermarked sampler on the default model, tilt
-            error 0.5% median and detection z within its standard error of the exact one), and 1
-            (exact) otherwise: under the confidence rules (``low_confidence``, ``entropy``) the stale
-            rows are the later blocks', and even ``block-all`` (which refreshes them at every block
-            start: tilt error 0.09% median) moved detection z by −2.4% ± 3.2% and −3.3% ± 1.9% on
-            64 texts, not shown within 2%, so the default there is the exact computation; pass
-            ``block-all`` for the faster approximation. Measured by ``benchmarks/tilt_error.py``
+            sampled ones are fresh), and 1 (exact) otherwise: under the confidence rules
+            (``low_confidence``, ``entropy``) the stale rows are the later blocks', and no faster
+            schedule is shown to keep detection z within 2% of the exact computation there; pass
+            ``block-all`` for the faster approximation. What each schedule costs in tilt error,
+            detection z and time is measured by ``benchmarks/tilt_error.py``
             (docs/sampler-approximations.md).
     """
 
@@ -431,7 +429,7 @@ class MaskedDiffusionSampler:
         #: the rows the hooks read; without a scheme only the targets are sampled
         self.reads = scheme.reads if scheme is not None else MarginalReads.sampled()
         refresh = cfg.marginal_refresh
-        if refresh == "auto":  # the settings whose tilt and detection z stay within 2% of the exact ones (measured)
+        if refresh == "auto":  # the settings whose tilt and detection z stay within 2% of the exact ones
             refresh = "once" if (cfg.remasking == "random" and self.reads.incremental) else 1
         #: the refresh schedule in force: 1 (every step, exact), r, "block", "block-all" or "once"
         self.refresh = refresh
@@ -597,8 +595,8 @@ _WARNED: "weakref.WeakSet[WatermarkScheme]" = weakref.WeakSet()
 def greedy_decoding_problem(scheme: WatermarkScheme | None, temperature: float, steering: bool) -> str | None:
     """The one-line problem, with its fix, of a scheme whose embedding can barely act at ``temperature``:
     under greedy decoding (T = 0) keyed sampling noise is never drawn, and a tilt of the marginals
-    changes a token only where it overturns the argmax (the global sketch's tilt alone: median z 0.81
-    and no text detected at 1% FPR on the LLaDA stand-in with LLaDA's greedy settings).
+    changes a token only where it overturns the argmax (docs/greedy-decoding.md measures how little
+    that leaves).
     None when there is no scheme, T > 0, or the scheme steers the order (the order is its channel).
     """
     if scheme is None or temperature > 0.0 or steering:
