@@ -19,7 +19,7 @@ from sketchwm.keys import WatermarkKey
 from sketchwm.registry import get_registry
 from sketchwm.testing import tiny_backend, tiny_texts
 from sketchwm_attacks.forgery import DocFrequencyStealer
-from sketchwm_attacks.thieves import PairStealer, clusters_for
+from sketchwm_attacks.thieves import PairStealer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -161,9 +161,3 @@ def test_generation_spoofer_writes_boosted_tokens(tiny):
         assert all(f > 0.5 for f in out.edit_fraction)
     assert frac[4.0] > frac[0.0] + 0.1, frac
     assert V > 0
-
-
-def test_clusters_for_reads_members_from_nested_params():
-    assert clusters_for({"members": 16}) == 16
-    assert clusters_for({"sketch": {"family": {"members": 8}}}) == 8
-    assert clusters_for({"delta": 1.0}) == 1

@@ -379,17 +379,3 @@ class GenerationSpoof(TextAttack):
         outs = [be.decode(n) if changed[t] else texts[t] for t, n in enumerate(new)]  # unchanged → verbatim
         fracs = [changed[t] / len(rows[t]) if rows[t] else 0.0 for t in range(len(texts))]
         return EditResult(outs, fracs, {"delta": p.delta, "stealer_n": st.n_watermarked})
-
-
-def clusters_for(scheme_params: dict[str, Any]) -> int:
-    """The member count an adaptive thief assumes from a scheme's full params (``scheme.params.model_dump()``,
-    defaults included): ``members`` where the params or a nested channel's give one, else 1."""
-    stack: list[Any] = [scheme_params]
-    while stack:
-        d = stack.pop()
-        if isinstance(d, dict):
-            if isinstance(d.get("members"), int):
-                return max(1, int(d["members"]))
-            stack.extend(d.values())
-    return 1
-

@@ -406,10 +406,13 @@ BUILTIN_METRICS: tuple[type[Metric], ...] = (
 
 @hookimpl
 def sketchwm_register_commands(subparsers, parents) -> None:
-    """Add ``sketchwm bench`` (``run``, ``export``) and ``sketchwm leaderboard`` (:mod:`sketchwm.bench.cli`)."""
+    """Add ``sketchwm bench`` (``run``, ``export``), ``sketchwm leaderboard`` (:mod:`sketchwm.bench.cli`) and
+    ``sketchwm scorecard`` (:mod:`sketchwm.scorecard.cli`)."""
+    from ..scorecard.cli import add_scorecard_command
     from .cli import add_subparsers
 
     add_subparsers(subparsers, parents)
+    add_scorecard_command(subparsers, parents)
 
 
 @hookimpl

@@ -34,6 +34,12 @@ by :mod:`sketchwm.data.build_heldout` (provenance and licences in its docstring)
 
 Files: ``heldout_<domain>.jsonl.gz`` (records ``{"text", "source", "doc_id", "n_words"}``).
 
+Development and report splits of the prompts (``SPLIT_NAMES``)
+-------------------------------------------------------------
+* ``"prompts-development"`` and ``"prompts-report"`` – the shipped prompts split in two by document
+  (a prompt goes to one split by a hash of its ``doc_id``, so no document feeds both): tune on the
+  development split, report on the report split (``sketchwm scorecard`` reads only the latter).
+
 Prompts, one loader (:func:`load_prompts`)
 ------------------------------------------
 The demo, the CLI (``generate --prompts``, ``calibrate``, ``prior estimate``), the benchmark harness
@@ -53,12 +59,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["DATA_DIR", "HELDOUT_NAMES", "NAMES", "TOKEN_COUNT_NAMES", "load", "load_prompts", "load_records",
-           "load_token_counts"]
+__all__ = ["DATA_DIR", "HELDOUT_NAMES", "NAMES", "SPLIT_NAMES", "TOKEN_COUNT_NAMES", "load", "load_prompts",
+           "load_records", "load_token_counts"]
 
 DATA_DIR: Path = Path(__file__).resolve().parent
 NAMES: tuple[str, ...] = ("prompts", "human")
 HELDOUT_NAMES: tuple[str, ...] = ("heldout-manpages", "heldout-culture")
+SPLIT_NAMES: tuple[str, ...] = ("prompts-development", "prompts-report")
 TOKEN_COUNT_NAMES: tuple[str, ...] = ("default-train",)
 
 
@@ -95,13 +102,23 @@ def load_records(name: str) -> list[dict]:
     return [dict(r) for r in _records(name)]
 
 
+def _split_of(doc_id: str) -> str:
+    """``"development"`` or ``"report"``: the first bit of SHA-256 of ``sketchwm/prompt-split/<doc_id>``."""
+    import hashlib
+
+    return ("development", "report")[hashlib.sha256(f"sketchwm/prompt-split/{doc_id}".encode()).digest()[0] & 1]
+
+
 def load(name: str) -> list[str]:
-    """Texts of a shipped set (``"prompts"``, ``"human"`` or a ``HELDOUT_NAMES`` entry), in a fixed
-    shuffled order.
+    """Texts of a shipped set (``"prompts"``, ``"human"``, a ``HELDOUT_NAMES`` entry or a
+    ``SPLIT_NAMES`` entry: the prompts of that split), in a fixed shuffled order.
 
     Raises:
         ValueError: unknown name (the message lists the valid names).
     """
+    if name in SPLIT_NAMES:
+        split = name.split("-", 1)[1]
+        return [r["text"] for r in _records("prompts") if _split_of(str(r["doc_id"])) == split]
     _check(name, NAMES + HELDOUT_NAMES)
     return [r["text"] for r in _records(name)]
 
@@ -110,7 +127,7 @@ def load_prompts(source: str = "prompts", n: int | None = None, offset: int = 0,
     """Prompts from ``source``, items ``offset`` to ``offset + n`` (all from ``offset`` when ``n`` is None).
 
     Args:
-        source: a shipped set (``"prompts"``, ``"human"``, a ``HELDOUT_NAMES`` entry: texts in their
+        source: a shipped set (``"prompts"``, ``"human"``, a ``HELDOUT_NAMES`` or ``SPLIT_NAMES`` entry: texts in their
             fixed shuffled order; a name wins over a file of that name in the working directory), ``"tiny"`` (``offset + n`` strings of 6 words of the tiny test
             vocabulary, drawn with ``seed``; ``n`` required), or a path: one prompt a line, or JSONL
             with a ``prompt`` or ``text`` field per record; ``-`` reads stdin.
@@ -132,7 +149,7 @@ def load_prompts(source: str = "prompts", n: int | None = None, offset: int = 0,
         from ..testing.tiny import tiny_texts
 
         pool = tiny_texts(offset + n, 6, seed, punct=False)
-    elif source in NAMES + HELDOUT_NAMES:
+    elif source in NAMES + HELDOUT_NAMES + SPLIT_NAMES:
         try:
             pool = load(source)
         except FileNotFoundError as exc:

@@ -1,0 +1,412 @@
+"""The promises of the scorecard, one function each, every one returning :class:`~sketchwm.scorecard.lines.Line` s.
+
+Each reads a :class:`Run` (the benchmark context of the run, its plan and its results) and states its rule:
+
+* :func:`forgery` — spoof rate of each thief at each N (flagged by the one decision rule at 1% FPR under
+  the victim key; Clopper-Pearson interval over forged texts): ≤ 5% with upper bound ≤ 10% for the word,
+  pair and generation thieves; the adaptive thief's rate reported; unrelated keys flag ≤ 1% (Jovanović
+  et al. 2024, "Watermark Stealing in Large Language Models").
+* :func:`diversity` — for one key, S seeds × P prompts per regime: distinct texts per prompt ≥
+  unwatermarked − 0.25; first-token match rate across seeds ≤ unwatermarked + 0.05; pairwise self-BLEU
+  (nltk, smoothing method 1) ≤ unwatermarked + 0.02; differences paired by prompt, 95% bootstrap over prompts.
+* :func:`power` — TPR at 1% FPR at equal KL (0.1, 0.2 nats/token; :func:`sketchwm.bench.matched.at_kl`) ≥
+  the lower bound of the best baseline that passes its own diversity line.
+* :func:`robustness` — after each standard edit, TPR at the default's KL ≥ red-green-dlm's at that KL.
+* :func:`null` — worst of K keys' false-flag rate at p ≤ .01 (≤ 2%) and p ≤ .05 (≤ 7%) on each human domain.
+* :func:`speed` — generation time watermarked / unwatermarked ≤ 1.2 per regime (interleaved, side by side);
+  detection ≥ 5×10^7 tokens/s on token ids.
+* :func:`user_loop` — :class:`sketchwm.userloop.LogitsTilter` in a LLaDA-style loop at T = 1: TPR at p ≤ .01 ≥ 0.95.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..bench.matched import Estimate, at_kl, curves, estimate
+from ..bench.seeds import derive_seed
+from .config import ROBUSTNESS_EDITS, ScorecardConfig
+from .lines import Line, clopper_pearson
+
+__all__ = ["Run", "forgery", "diversity", "power", "robustness", "null", "speed", "user_loop", "THIEF_NAMES"]
+
+#: Printed names of the thieves (registered attack → promise text); the adaptive thief is not gated.
+THIEF_NAMES: dict[str, str] = {
+    "spoof-insert": "word thief, paste-in", "spoof-substitute": "word thief, substitution",
+    "spoof-pair-insert": "pair thief, paste-in", "spoof-pair-substitute": "pair thief, substitution",
+    "steal-spoof": "generation spoofer", "spoof-adaptive": "adaptive thief",
+}
+
+
+@dataclass
+class Run:
+    """What the promises read: the scorecard config, the benchmark context and plan, the result rows.
+
+    Attributes:
+        cfg: the :class:`ScorecardConfig`; ctx: the :class:`sketchwm.bench.runner.RunContext`.
+        units: {(entry label, regime name): the entry's default-strength unit} (key 0).
+        df: the result rows of the run's cells (:func:`sketchwm.bench.results.read_results`).
+        diversity_pass: {(entry label, regime): whether the entry passes its diversity lines}.
+    """
+
+    cfg: ScorecardConfig
+    ctx: Any
+    units: dict[tuple[str, str], Any]
+    df: pd.DataFrame
+    diversity_pass: dict[tuple[str, str], bool] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """The scheme under test's label."""
+        return self.cfg.scheme_label()
+
+    def regime_index(self, name: str) -> int:
+        return [r.name for r in self.ctx.cfg.regime_list].index(name)
+
+
+def _rate_line(promise: str, hits: np.ndarray, threshold: float, direction: str = "<=", gate: float = float("nan"),
+               **detail: Any) -> Line:
+    k, n = int(np.sum(hits)), int(len(hits))
+    lo, hi = clopper_pearson(k, n)
+    return Line(promise, k / n if n else float("nan"), lo, hi, n, threshold, direction, "rate", gate_on_interval=gate,
+                detail={"count": k, **detail})
+
+
+def _estimate_line(promise: str, e: Estimate, threshold: float, direction: str, unit: str = "", **detail: Any) -> Line:
+    return Line(promise, e.mean, e.lo, e.hi, e.n, threshold, direction, unit, detail={"note": e.note, **detail})
+
+
+# ---------------------------------------------------------------------------------------------- forgery
+def forgery(run: Run) -> list[Line]:
+    """Spoof-rate lines per thief and N, and the unrelated-key line (module doc)."""
+    df = run.df
+    rows = df[(df["row_type"] == "text") & (df["cell_kind"] == "spoof")]
+    out: list[Line] = []
+    unrelated: list[np.ndarray] = []
+    for (attack, params, n_stolen), g in rows.groupby(["attack", "attack_params", "train_n"], sort=True):
+        det = pd.to_numeric(g["detected"], errors="coerce").to_numpy()
+        if np.isnan(det).any():  # no calibration: the scheme's own p-value at 1%
+            det = (pd.to_numeric(g["p_value"], errors="coerce").to_numpy() <= 0.01).astype(float)
+        name = THIEF_NAMES.get(attack, attack)
+        p = json.loads(params) if isinstance(params, str) and params else {}
+        if attack == "spoof-adaptive":
+            name += f" ({p.get('clusters', 1)} clusters, {p.get('placement', 'insert')})"
+            thr = float("nan")
+        else:
+            thr = 0.05
+        out.append(_rate_line(f"forgery: {name}, N={int(n_stolen)}", det, thr, gate=0.10 if attack != "spoof-adaptive" else float("nan"),
+                              attack=attack, train_n=int(n_stolen)))
+        if "unrelated_flagged" in g:
+            unrelated.append(pd.to_numeric(g["unrelated_flagged"], errors="coerce").dropna().to_numpy())
+    J = run.cfg.tier.unrelated_keys
+    if unrelated and J:
+        frac = np.concatenate(unrelated)
+        hits = np.round(frac * J).astype(int)
+        k, n = int(hits.sum()), int(len(frac) * J)
+        lo, hi = clopper_pearson(k, n)
+        out.append(Line(f"forgery: unrelated keys flag forged texts ({J} keys)", k / n if n else float("nan"), lo, hi, n,
+                        0.01, "<=", "rate", detail={"count": k, "texts": int(len(frac)), "keys": J}))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- diversity
+def _self_bleu(samples: list[list[int]]) -> float:
+    """Mean pairwise BLEU of each sample against each other one (nltk ``sentence_bleu``, smoothing method 1)."""
+    from nltk.translate.bleu_score import SmoothingFunction, sentence_bleu
+
+    sm = SmoothingFunction().method1
+    toks = [[str(t) for t in s] for s in samples]
+    vals = [sentence_bleu([toks[j]], toks[i], smoothing_function=sm) for i in range(len(toks))
+            for j in range(len(toks)) if i != j and toks[i] and toks[j]]
+    return float(np.mean(vals)) if vals else 0.0
+
+
+def diversity_measures(groups: list[list[list[int]]]) -> dict[str, np.ndarray]:
+    """Per prompt (P,) float64: ``distinct`` texts among its samples, ``first_token`` match rate over sample
+    pairs, ``self_bleu``; ``groups`` is a list over prompts of the samples' token ids."""
+    distinct, first, bleu = [], [], []
+    for s in groups:  # per prompt
+        distinct.append(len({tuple(x) for x in s}))
+        heads = [x[0] if x else -1 for x in s]
+        pairs = [(i, j) for i in range(len(heads)) for j in range(i + 1, len(heads))]
+        first.append(np.mean([heads[i] == heads[j] for i, j in pairs]) if pairs else 0.0)
+        bleu.append(_self_bleu(s))
+    return {"distinct": np.array(distinct, float), "first_token": np.array(first, float), "self_bleu": np.array(bleu, float)}
+
+
+#: (measure, printed name, allowed difference watermarked − unwatermarked, direction)
+DIVERSITY_RULES = (("distinct", "distinct texts per prompt", -0.25, ">="),
+                   ("first_token", "first-token match rate across seeds", 0.05, "<="),
+                   ("self_bleu", "pairwise self-BLEU", 0.02, "<="))
+
+
+def _samples(run: Run, unit: Any, regime: str, watermarked: bool) -> list[list[list[int]]]:
+    t = run.cfg.tier
+    ctx = run.ctx
+    key = ("scorecard-div", unit if watermarked else None, regime)
+
+    def build() -> list[list[list[int]]]:
+        prompts = ctx.prompts(0)["eval"][: t.diversity_prompts]
+        rep = [p for p in prompts for _ in range(t.diversity_samples)]
+        scheme = ctx.scheme(unit) if watermarked else None
+        seed = derive_seed(run.cfg.seed, "scorecard-diversity", unit.scheme if watermarked else "none", regime)
+        texts, _ = ctx.generate(0, t.length, rep, scheme, seed, regime=run.regime_index(regime))
+        ids = ctx.backend(0).encode(texts)
+        S = t.diversity_samples
+        return [ids[i * S:(i + 1) * S] for i in range(len(prompts))]
+    return ctx._get(key, build)
+
+
+def diversity(run: Run) -> list[Line]:
+    """Diversity lines of the scheme and of each baseline (the baselines' only feed the power line's choice)."""
+    out: list[Line] = []
+    for regime in run.cfg.tier.regimes:
+        null = diversity_measures(_samples(run, None, regime, False))
+        for (label, reg), unit in run.units.items():
+            if reg != regime:
+                continue
+            wm = diversity_measures(_samples(run, unit, regime, True))
+            ok = True
+            for m, name, allowed, direction in DIVERSITY_RULES:
+                e = estimate(wm[m] - null[m])
+                line = _estimate_line(f"diversity: {name} − unwatermarked, {regime} "
+                                      f"({wm[m].mean():.2f} vs {null[m].mean():.2f})", e, allowed, direction,
+                                      measure=m, watermarked=float(wm[m].mean()), unwatermarked=float(null[m].mean()),
+                                      seeds=run.cfg.tier.diversity_samples, prompts=len(wm[m]))
+                line.detail["subject"] = label
+                ok = ok and (line.figure >= allowed if direction == ">=" else line.figure <= allowed)
+                out.append(line)
+            run.diversity_pass[(label, regime)] = ok
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- power, robustness
+def _curves(run: Run) -> dict[tuple[str, str], Any]:
+    clean = run.df[run.df["cell_kind"].isin(["clean", "attack"])]
+    return {(c.regime, c.name): c for c in curves(clean)} if len(clean) else {}
+
+
+def power(run: Run) -> list[Line]:
+    """TPR at 1% FPR at equal KL against the best diverse baseline's lower bound (module doc)."""
+    cs = _curves(run)
+    out = []
+    for regime in run.cfg.tier.power_regimes:
+        mine = cs.get((regime, run.label))
+        for b in run.cfg.tier.kl_budgets:
+            e = at_kl(mine, "tpr", b) if mine is not None else Estimate(float("nan"), float("nan"), float("nan"))
+            best, best_name = None, ""
+            for base in run.cfg.baselines:
+                c = cs.get((regime, base.name))
+                if c is None or not run.diversity_pass.get((base.name, regime), False):
+                    continue
+                eb = at_kl(c, "tpr", b)
+                if eb.ok and (best is None or eb.mean > best.mean):
+                    best, best_name = eb, base.name
+            thr = best.lo if best is not None else float("nan")
+            out.append(_estimate_line(f"power: TPR at 1% FPR, KL {b:g} nats/token, {regime}"
+                                      + (f" (vs {best_name} {best.mean:.2f})" if best is not None else " (no diverse baseline)"),
+                                      e, thr, ">=", baseline=best_name, baseline_tpr=None if best is None else best.mean))
+    return out
+
+
+def robustness(run: Run) -> list[Line]:
+    """TPR after each standard edit at the default's KL against red-green-dlm's at that KL (module doc)."""
+    if not run.cfg.tier.robustness:
+        return []
+    from ..bench.plan import attack_family
+
+    cs = _curves(run)
+    out = []
+    for regime in run.cfg.tier.power_regimes:
+        mine, rgd = cs.get((regime, run.label)), cs.get((regime, "red-green-dlm"))
+        if mine is None:
+            continue
+        default = next((p for p in mine.points if p.default), mine.points[0])
+        kl = default.get("kl")
+        for attack, strength in ROBUSTNESS_EDITS:
+            stat = f"tpr:{attack_family(attack)}@{strength:g}"
+            e = default.get(stat)
+            ref = at_kl(rgd, stat, kl.mean) if (rgd is not None and kl.ok) else Estimate(float("nan"), float("nan"), float("nan"))
+            out.append(_estimate_line(f"robustness: TPR after {attack} {strength:g}, {regime} (vs red-green-dlm "
+                                      f"{'n/a' if not ref.ok else f'{ref.mean:.2f}'} at KL {kl.mean:.3f})", e,
+                                      ref.mean if ref.ok else float("nan"), ">=", red_green_dlm=ref.mean if ref.ok else None,
+                                      kl=kl.mean if kl.ok else None, note_ref=ref.note))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- null
+def _human(run: Run, domain: str, n: int | None) -> list[str]:
+    from ..data import load
+
+    if domain == "tiny":  # 40-word strings of the tiny test model's words
+        from ..testing.tiny import tiny_texts
+
+        return tiny_texts(n or 200, 40, derive_seed(run.cfg.seed, "scorecard-null") % 2**31)
+    texts = load(domain)
+    return texts if n is None else texts[:n]
+
+
+def null(run: Run) -> list[Line]:
+    """Worst of K keys' false-flag rate at p ≤ .01 and .05 on each human domain (module doc)."""
+    from ..bench.runner import keyed_scheme
+    from ..detection import pad_ids
+
+    t, ctx = run.cfg.tier, run.ctx
+    unit = run.units[(run.label, t.regimes[0])]
+    root = ctx.key(0)
+    be = ctx.backend(0)
+    out = []
+    for domain in run.cfg.human:
+        ids = [x for x in be.encode(_human(run, domain, t.null_texts)) if len(x) >= 16]
+        x, valid = pad_ids(ids)
+        rates = {0.01: [], 0.05: []}
+        counts = {0.01: [], 0.05: []}
+        for k in range(t.null_keys):  # per key: one batch of every passage
+            scheme = keyed_scheme(ctx, unit, root.subkey(f"scorecard/null-key/{k}"))
+            p = np.nan_to_num(scheme.score_ids(x.to(scheme.device), valid.to(scheme.device)).p_value.double().cpu().numpy(), nan=1.0)
+            for a in rates:
+                counts[a].append(int((p <= a).sum()))
+                rates[a].append(float((p <= a).mean()))
+        for a, bound in ((0.01, 0.02), (0.05, 0.07)):
+            worst = int(np.argmax(counts[a]))
+            lo, hi = clopper_pearson(counts[a][worst], len(ids))
+            out.append(Line(f"null: worst of {t.null_keys} keys, p <= {a:g}, {domain}", rates[a][worst], lo, hi, len(ids),
+                            bound, "<=", "rate", detail={"per_key": rates[a], "mean": float(np.mean(rates[a]))}))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- speed
+def _interleaved(fns: dict[str, Any], repeats: int) -> dict[str, list[float]]:
+    """Wall seconds of each function, called in turn ``repeats`` times after one warm-up round."""
+    times: dict[str, list[float]] = {k: [] for k in fns}
+    for r in range(repeats + 1):
+        for k, f in fns.items():
+            t0 = time.perf_counter()
+            f()
+            if r:
+                times[k].append(time.perf_counter() - t0)
+    return times
+
+
+def speed(run: Run) -> list[Line]:
+    """Generation time ratio per regime and detection throughput (module doc)."""
+    from ..detection import pad_ids
+
+    t, ctx = run.cfg.tier, run.ctx
+    prompts = ctx.prompts(0)["eval"][: t.speed_batch]
+    out = []
+    for regime in t.regimes:
+        unit = run.units[(run.label, regime)]
+        ri = run.regime_index(regime)
+        seed = derive_seed(run.cfg.seed, "scorecard-speed", regime)
+        fns = {"wm": lambda: ctx.generate(0, t.length, prompts, ctx.scheme(unit), seed, regime=ri),
+               "plain": lambda: ctx.generate(0, t.length, prompts, None, seed, regime=ri)}
+        tm = _interleaved(fns, t.speed_repeats)
+        r = np.array(tm["wm"]) / np.array(tm["plain"])
+        out.append(Line(f"speed: generation time watermarked / unwatermarked, {regime}",
+                        float(np.median(tm["wm"]) / np.median(tm["plain"])), float(r.min()), float(r.max()),
+                        len(r), 1.2, "<=", "ratio", detail={"seconds_wm": tm["wm"], "seconds_plain": tm["plain"],
+                                                          "texts": len(prompts)}))
+    unit = run.units[(run.label, t.regimes[0])]
+    scheme = ctx.scheme(unit)
+    groups = _samples(run, unit, t.regimes[0], True)
+    ids = [s for g in groups for s in g if s]
+    ids = (ids * (256 // max(1, len(ids)) + 1))[:256]
+    x, valid = pad_ids(ids)
+    x, valid = x.to(scheme.device), valid.to(scheme.device)
+    n_tok = int(valid.sum())
+    secs = _interleaved({"detect": lambda: scheme.score_ids(x, valid)}, max(3, t.speed_repeats))["detect"]
+    tps = np.array([n_tok / s for s in secs])
+    out.append(Line("speed: detection on token ids", float(np.median(tps)), float(tps.min()), float(tps.max()), len(tps),
+                    5e7, ">=", "tokens/s", detail={"tokens_per_call": n_tok}))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- user loop
+@torch.no_grad()
+def llada_loop(backend: Any, tilt: Any, prompts: list[str], gen_length: int, block_length: int, steps: int,
+               temperature: float, generator: torch.Generator) -> list[list[int]]:
+    """A LLaDA-style ``generate.py`` loop (Nie et al. 2025): blocks left to right, low-confidence remasking,
+    Gumbel-max sampling at ``temperature``, ``tilt(logits, x, step=, block=)`` between the model and the sampler.
+
+    Returns:
+        the generated token ids of each prompt (the generation region, special tokens kept).
+    """
+    be = backend
+    enc = be.encode_prompts(prompts)
+    P = max(len(e) for e in enc)
+    B, L = len(enc), P + gen_length
+    pad = getattr(be.tokenizer, "pad_token_id", None)
+    pad = be.mask_token_id if pad is None else int(pad)
+    x = torch.full((B, L), be.mask_token_id, dtype=torch.long)
+    attn = torch.ones((B, L), dtype=torch.bool)
+    for b, e in enumerate(enc):  # left-pad each prompt
+        x[b, :P - len(e)] = pad
+        attn[b, :P - len(e)] = False
+        x[b, P - len(e):P] = torch.as_tensor(e, dtype=torch.long)
+    nb = max(1, gen_length // block_length)
+    per_block = max(1, steps // nb)
+    step = 0
+    for blk in range(nb):
+        b0, b1 = P + blk * block_length, P + min(gen_length, (blk + 1) * block_length)
+        for s in range(per_block):
+            masked = (x == be.mask_token_id)
+            masked[:, :b0] = False
+            masked[:, b1:] = False
+            left = masked.sum(1)  # (B,)
+            if int(left.max()) == 0:
+                break
+            k = torch.ceil(left.double() / (per_block - s)).long()  # (B,) tokens committed this step
+            logits = tilt(be.logits(x.to(be.device), attn.to(be.device)).float().cpu(), x,
+                          step=step, block=(b0 - P, b1 - P))  # (B, L, V)
+            step += 1
+            if temperature > 0:
+                u = torch.rand(logits.shape, generator=generator, dtype=torch.float64).clamp_min(1e-20)
+                x0 = (logits.double() / temperature - torch.log(-torch.log(u))).argmax(-1)  # (B, L)
+            else:
+                x0 = logits.argmax(-1)
+            conf = torch.softmax(logits.double(), -1).gather(-1, x0[..., None])[..., 0]  # (B, L)
+            conf = torch.where(masked, conf, torch.full_like(conf, -1.0))
+            for r in range(B):  # per row: commit its k most confident masked positions
+                if int(k[r]) > 0:
+                    top = torch.topk(conf[r], int(k[r])).indices
+                    x[r, top] = x0[r, top]
+    return [x[b, P:].tolist() for b in range(B)]
+
+
+def user_loop(run: Run) -> list[Line]:
+    """TPR of the scheme in a user's LLaDA-style loop through :class:`LogitsTilter` at T = 1 (module doc)."""
+    from ..detection import pad_ids
+    from ..userloop import LogitsTilter
+
+    t, ctx = run.cfg.tier, run.ctx
+    unit = run.units[(run.label, t.regimes[-1])]
+    scheme, be = ctx.scheme(unit), ctx.backend(0)
+    block = 32 if t.length % 32 == 0 else t.length
+    steps = max(t.length // block, t.steps // (t.length // block) * (t.length // block))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            tilt = LogitsTilter(scheme, be, steps=steps)
+    except Exception as exc:  # noqa: BLE001 - a scheme a hook cannot run: the line says so
+        return [Line(f"user loop: LogitsTilter refuses the scheme ({type(exc).__name__})", float("nan"), n=0,
+                     threshold=0.95, direction=">=", unit="rate", detail={"error": str(exc)})]
+    prompts = ctx.prompts(0)["eval"][: t.userloop_n]
+    g = torch.Generator().manual_seed(derive_seed(run.cfg.seed, "scorecard-userloop") % 2**62)
+    ids: list[list[int]] = []
+    for i in range(0, len(prompts), run.cfg.batch_size):
+        tilt.reset()
+        gen = llada_loop(be, tilt, prompts[i:i + run.cfg.batch_size], t.length, block, steps, 1.0, g)
+        ids += be.encode([be.decode(x) for x in gen])
+    x, valid = pad_ids(ids)
+    p = scheme.score_ids(x.to(scheme.device), valid.to(scheme.device)).p_value.double().cpu().numpy()
+    return [_rate_line("user loop: LogitsTilter in a LLaDA-style loop, T=1, TPR at p <= 0.01",
+                       (np.nan_to_num(p, nan=1.0) <= 0.01).astype(float), 0.95, ">=", steps=steps, block=block)]
+
