@@ -183,8 +183,8 @@ class SketchGreenScheme(CombinedScheme):
 
     def weight_rule(self) -> str:
         """The shares of α, for the p-value method."""
-        p, f, a = self.params, self.params.weight_floor, self.params.sampling_weight if self.sampling_channel else 0.0
-        c = p.sketch.coverage_full
+        p, c = self.params, self.params.sketch.coverage_full
+        f, a = p.weight_floor, p.sampling_weight if self.sampling_channel is not None else 0.0
         w = f"{p.weight:g}" if self.fixed_weight else f"{f:g} + {1 - 2 * f:g}·min(1, coverage/{c:g}) per text"
         return f"sketch (1 − a)·w, green 1 − w, keyed sampling a·w; a = {a:g}, w = {w}"
 
