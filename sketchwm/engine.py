@@ -63,7 +63,10 @@ class SamplerConfig(StrictModel):
             sampled distribution is ∝ (p·e^{η g})^{1/T}, i.e. the tempered model tilted by η/T.
         top_p: nucleus filter on the tempered, tilted marginals (1.0 = off), as Dream applies it.
         remasking: which masked positions to commit first: a registered remasking rule
-            (:class:`RemaskingRule`; built in: ``random``, ``low_confidence``, ``entropy``).
+            (:class:`RemaskingRule`; built in: ``random``, ``low_confidence``, ``entropy``,
+            ``confidence_threshold``).
+        remasking_params: the rule's own ``Params`` (e.g. ``{"threshold": 0.9}`` for
+            ``confidence_threshold``); default: none, the rule's defaults.
         stop_at_eos: cut each text at the first EOS token.
         marginal_refresh: how often the LM head runs on every masked row for a scheme that reads
             them all (``MarginalReads.masked()``, the global sketch's Σ_{i∈M_t} of eq. 5). ``1``:
@@ -93,6 +96,7 @@ class SamplerConfig(StrictModel):
     temperature: float = Field(1.0, ge=0.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     remasking: str = Field("random", min_length=1)
+    remasking_params: dict[str, Any] = {}
     stop_at_eos: bool = True
     marginal_refresh: int | Literal["auto", "block", "block-all", "once"] = "auto"
 
@@ -416,7 +420,7 @@ class MaskedDiffusionSampler:
             from .registry import get_registry
 
             registry = get_registry()
-        self.remasking: RemaskingRule = registry.build("remasking", cfg.remasking)
+        self.remasking: RemaskingRule = registry.build("remasking", cfg.remasking, cfg.remasking_params)
         self.steering = scheme is not None and bool(scheme.steers_order(cfg.temperature))
         problem = greedy_decoding_problem(scheme, cfg.temperature, self.steering)
         self.warnings: list[str] = [problem] if problem else []

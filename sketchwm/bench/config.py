@@ -250,6 +250,12 @@ REGIMES: dict[str, Regime] = {r.name: r for r in (
     Regime(name="dream-entropy-t0.2", sampler={"block_length": None, "remasking": "entropy", "temperature": 0.2,
                                                "top_p": 0.95},
            description="Dream-style: one block, entropy remasking, T = 0.2, top-p 0.95"),
+    # steps above any length: the sampler caps them at the generated length, so the floor is one token a step
+    Regime(name="fastdllm-blocks-t0.5-c0.9", sampler={"block_length": 32, "remasking": "confidence_threshold",
+                                                      "remasking_params": {"threshold": 0.9}, "temperature": 0.5,
+                                                      "top_p": 1.0, "steps": 4096},
+           description="Fast-dLLM-style parallel decoding: blocks of 32, every candidate with p(x0) > 0.9 committed "
+                       "at once (at least one a step), T = 0.5"),
     Regime(name="llada-greedy", sampler={"block_length": 32, "remasking": "low_confidence", "temperature": 0.0,
                                          "top_p": 1.0}, sweep=False,
            description="LLaDA's default: greedy (T = 0), low-confidence remasking, blocks of 32, default strengths"),
