@@ -28,6 +28,7 @@ MILESTONE = re.compile(
     r"|\bsessions?\b(?!\s*[(=])"  # a work session (not a ``Session(...)`` object)
     r"|\bmilestones?\b"
     r"|\bissues? #?\d+\b"  # the internal tracker's numbers
+    r"|\bissue notes\b"
     r"|\bmust-shows?\b",
     re.I,
 )
@@ -76,7 +77,7 @@ def test_the_scan_covers_the_shipped_text():
 def test_the_patterns_catch_milestones_and_hashes_not_ordinary_english():
     for bad in ("since stop 38", "two channels (stop 37)", "the stop-37 table", "rerun at this stop",
                 "the session ran out", "before the session's time", "split over sessions", "next milestone",
-                "issue 24's must-show"):
+                "issue 24's must-show", "the issue notes"):
         assert MILESTONE.search(bad), bad
     for fine in ("the stop token", "N stops at what the machine generated", "one stop word after every word",
                  "stop words", "a stop_token id", "stop at 0.5"):
