@@ -256,21 +256,21 @@ def test_weighted_bonferroni_rejects_weights_outside_the_open_interval():
     assert torch.allclose(got, torch.tensor([0.04, 0.4], dtype=torch.float64))
 
 
-def test_combine_weighted_bonferroni_checks_its_weights():
+def test_weighted_bonferroni_checks_its_weights():
     """J tests: p = min(1, min_j p_j/w_j); weights outside (0, 1), summing above 1, or one per p-value
     missing are refused."""
-    from sketchwm.multiple_testing import weighted_bonferroni as combine_weighted_bonferroni
+    from sketchwm.multiple_testing import weighted_bonferroni
 
     p = [torch.tensor([0.01, 0.3], dtype=torch.float64), torch.tensor([0.02, 0.3], dtype=torch.float64),
          torch.tensor([0.004, 0.3], dtype=torch.float64)]
-    got = combine_weighted_bonferroni(p, [0.4, 0.4, 0.2])
+    got = weighted_bonferroni(p, [0.4, 0.4, 0.2])
     assert torch.allclose(got, torch.tensor([0.02, 0.75], dtype=torch.float64))
     with pytest.raises(ValueError, match="sum to at most 1"):
-        combine_weighted_bonferroni(p, [0.5, 0.4, 0.2])
+        weighted_bonferroni(p, [0.5, 0.4, 0.2])
     with pytest.raises(ValueError, match="one weight per p-value"):
-        combine_weighted_bonferroni(p, [0.5, 0.5])
+        weighted_bonferroni(p, [0.5, 0.5])
     with pytest.raises(ValueError, match="must lie in"):
-        combine_weighted_bonferroni(p[:2], [1.0, 0.5])
+        weighted_bonferroni(p[:2], [1.0, 0.5])
 
 
 def test_keyed_sampling_channel_is_a_third_bonferroni_share():
