@@ -9,7 +9,6 @@ from .dream import DreamBackend
 from .hf_masked_lm import HFMaskedLMBackend
 from .llada import LLaDABackend
 from .mdlm import MDLMBackend
-from ..remasking import sketchwm_register_remasking_rules  # noqa: F401 - the backends' remasking rules, through the hook
 
 __all__ = ["HFMaskedLMBackend", "LLaDABackend", "DreamBackend", "MDLMBackend", "DefaultBackend"]
 

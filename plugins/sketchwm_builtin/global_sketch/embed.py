@@ -66,13 +66,13 @@ from sketchwm.errors import ConfigError
 
 from .running import MaskedStatistic
 
-__all__ = ["TiltParts", "ResidualGradient", "SketchTilt", "tilt_target_rows", "read_marginals", "committed_coverage",
+__all__ = ["TiltParts", "MarginalGradient", "SketchTilt", "tilt_target_rows", "read_marginals", "committed_coverage",
            "denoising_time", "schedule_weight"]
 
 
 @dataclass
 class TiltParts:
-    """The residual gradient a_i(v) of one step, unmultiplied (:meth:`ResidualGradient.parts`).
+    """The residual gradient a_i(v) of one step, unmultiplied (:meth:`MarginalGradient.parts`).
 
     a_i(v) = factor(v) ∘ rows_i(v) with ∘ = ``op`` (``add``: factor alone; ``mul``/``div``: times/over
     ``rows``), plus, for ``add`` with ``cols``, factor(v)·col_ratio_i(v) on the exact columns v ∈ cols.
@@ -120,7 +120,7 @@ class TiltParts:
         return logits
 
 
-class ResidualGradient:
+class MarginalGradient:
     """a_{k,t}(v) = ½ ∂S(ĥ)/∂p_i(v) at the target rows (eq. 6, and its presence and stopping analogues
     in the module doc), as :class:`TiltParts`.
 
@@ -316,12 +316,12 @@ class SketchTilt:
 
     Args:
         params: the scheme's :class:`GlobalSketchParams`.
-        gradient: the residual gradient of this scheme.
+        gradient: the marginal gradient a_{k,t} of this scheme.
         order: the scheme's :class:`sketchwm_builtin.global_sketch.order.OrderSteering` (its
             ``steers``, ``reset`` and ``record`` are called).
     """
 
-    def __init__(self, params: Any, gradient: ResidualGradient, order: Any):
+    def __init__(self, params: Any, gradient: MarginalGradient, order: Any):
         self.params, self.gradient, self.order = params, gradient, order
 
     def step(self, step: DenoiseStep, eos: int | None) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -14,7 +14,7 @@ from sketchwm.prf import keyed_signs
 
 from . import embed
 from .attribution import Attribution, attribute
-from .embed import ResidualGradient, SketchTilt, TiltParts
+from .embed import MarginalGradient, SketchTilt, TiltParts
 from .null import BackgroundNull, capped_pmf, resolve_null
 from .order import OrderSteering
 from .params import GlobalSketchParams
@@ -72,7 +72,7 @@ class GlobalSketchScheme(WatermarkScheme):
         self._c_u: torch.Tensor | None = None  # (V,) float64 ⟨u, φ(v)⟩, built on first detection
         self._null_model: BackgroundNull | None = None  # built on first detection
         self._statistic = MaskedStatistic(self.sketch, p.tail_epsilon)  # the statistic over M_t between refreshes
-        self._gradient = ResidualGradient(self.sketch, self.score_fn, self.u, self.vocab_size, p.objective,
+        self._gradient = MarginalGradient(self.sketch, self.score_fn, self.u, self.vocab_size, p.objective,
                                           self._statistic)
         self._order = OrderSteering(p.order, p.delta)
         self._embedding = SketchTilt(p, self._gradient, self._order)
@@ -117,17 +117,15 @@ class GlobalSketchScheme(WatermarkScheme):
             tokens: (B, G) int64 current tokens; masked: (B, G) bool, M_t.
 
         Returns:
-            a: (B, 1, V) float32 for ``count`` without a stop token (the same at every row:
-            ⟨r, φ(v)⟩ / √N, eq. 6), else (B, K, V) (⟨r, ∂ĥ/∂p_i(v)⟩; zero on tokens already
-            present for ``presence``; zero at EOS); and n̂ (B,) float32, the normaliser (N, E[L], or
-            the expected number of distinct kept tokens). With ``tail_epsilon`` ε > 0, a is within a
-            relative ε/(1 − ε) of the exact value (:meth:`process_logits` applies the same a).
+            a: (B, 1, V) float32 where it is the same at every row (``count`` without a stop token:
+            ⟨r, φ(v)⟩ / √N, eq. 6), else (B, K, V); and n̂ (B,) float32, the normaliser (N, E[L], or the
+            expected number of distinct kept tokens). :meth:`process_logits` applies the same a.
         """
         parts = self._tilt_parts(marginals, tokens, masked)
         return parts.gradient(marginals.targets.shape[1], self.vocab_size), parts.n_hat
 
     def _tilt_parts(self, marginals: Marginals, tokens: torch.Tensor, masked: torch.Tensor) -> TiltParts:
-        """a_{k,t} of :meth:`marginal_gradient` as :class:`TiltParts` (:meth:`ResidualGradient.parts`)."""
+        """a_{k,t} of :meth:`marginal_gradient` as :class:`TiltParts` (:meth:`MarginalGradient.parts`)."""
         return self._gradient.parts(marginals, tokens, masked, self.stop_token_id)
 
     def token_gradient(self, logits: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor) -> torch.Tensor:
@@ -204,12 +202,7 @@ class GlobalSketchScheme(WatermarkScheme):
 
     def background_z(self, ids: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         """Fixed-key z of the presence statistic under the background null: (B, N) → (B,) float64."""
-        return self._background(ids.to(self.device), valid.to(self.device))[0]
-
-    def _background(self, ids: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(z (B,) float64, n_d (B,) int64 distinct kept tokens) of the background null."""
-        z, n_d, _ = self.background.stats(ids, valid, self.params.null_margin, with_p=False)
-        return z, n_d
+        return self.background.stats(ids.to(self.device), valid.to(self.device), self.params.null_margin, False)[0]
 
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
         """Detection statistics for ids (B, N) int64 with valid (B, N) bool.
