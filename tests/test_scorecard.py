@@ -99,6 +99,19 @@ def test_diversity_measures():
     assert m["self_bleu"][0] > m["self_bleu"][1] >= 0.0
 
 
+def test_budgets_outside_a_sweep_are_read_only_against_the_scheme():
+    from sketchwm.bench.matched import Curve, Estimate, Point
+    from sketchwm.scorecard.promises import at_kl_conservative
+
+    pt = lambda kl, tpr: Point(f"s[{kl}]", kl, False, {"kl": Estimate(kl, kl, kl), "tpr": Estimate(tpr, tpr - 0.1, tpr)})  # noqa: E731
+    c = Curve("r", "s", "delta", [pt(0.01, 0.5), pt(0.05, 0.9)])
+    assert at_kl_conservative(c, "tpr", 0.03, "scheme").mean == pytest.approx(0.7)  # inside: interpolated
+    assert at_kl_conservative(c, "tpr", 0.1, "scheme").mean == 0.9  # strongest setting: a lower bound
+    assert not at_kl_conservative(c, "tpr", 0.001, "scheme").ok
+    assert at_kl_conservative(c, "tpr", 0.001, "reference").mean == 0.5  # weakest setting: an upper bound
+    assert not at_kl_conservative(c, "tpr", 0.1, "reference").ok
+
+
 def test_members_reads_the_family_size_from_nested_params():
     assert members({"members": 16}) == 16
     assert members({"inner": {"name": "x"}, "family": {"members": 8}}) == 8

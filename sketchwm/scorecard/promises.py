@@ -10,8 +10,10 @@ Each reads a :class:`Run` (the benchmark context of the run, its plan and its re
   unwatermarked − 0.25; first-token match rate across seeds ≤ unwatermarked + 0.05; pairwise self-BLEU
   (nltk, smoothing method 1) ≤ unwatermarked + 0.02; differences paired by prompt, 95% bootstrap over prompts.
 * :func:`power` — TPR at 1% FPR at equal KL (0.1, 0.2 nats/token; :func:`sketchwm.bench.matched.at_kl`) ≥
-  the lower bound of the best baseline that passes its own diversity line.
-* :func:`robustness` — after each standard edit, TPR at the default's KL ≥ red-green-dlm's at that KL.
+  the lower bound of the best baseline that passes its own diversity line. A budget outside a sweep is read
+  off the nearest setting only where that errs against the scheme (:func:`at_kl_conservative`).
+* :func:`robustness` — after each standard edit, TPR at the default's KL ≥ red-green-dlm's at that KL (read
+  the same way).
 * :func:`null` — worst of K keys' false-flag rate at p ≤ .01 (≤ 2%) and p ≤ .05 (≤ 7%) on each human domain.
 * :func:`speed` — generation time watermarked / unwatermarked ≤ 1.2 per regime (interleaved, side by side);
   detection ≥ 5×10^7 tokens/s on token ids.
@@ -193,6 +195,34 @@ def _curves(run: Run) -> dict[tuple[str, str], Any]:
     return {(c.regime, c.name): c for c in curves(clean)} if len(clean) else {}
 
 
+_NA = Estimate(float("nan"), float("nan"), float("nan"))
+
+
+def at_kl_conservative(c: Any, stat: str, budget: float, side: str) -> Estimate:
+    """``stat`` of curve ``c`` at KL ``budget`` (:func:`sketchwm.bench.matched.at_kl`), or, where the budget lies
+    outside the swept KL range, the nearest setting's figure when that errs against the scheme under test
+    (``side="scheme"``: a budget above the range reads the strongest setting, a lower bound of a figure that
+    grows with strength; ``side="reference"``: a budget below the range reads the weakest setting, an upper
+    bound); NA otherwise. The note says which (``below-budget:KL``, ``above-budget:KL``)."""
+    if c is None:
+        return _NA
+    e = at_kl(c, stat, budget)
+    if e.ok or not e.note.startswith("outside-sweep"):
+        return e
+    pts = [p for p in c.points if p.get("kl").ok and p.get(stat).ok]
+    if not pts:
+        return _NA
+    lo_pt, hi_pt = min(pts, key=lambda p: p.get("kl").mean), max(pts, key=lambda p: p.get("kl").mean)
+    if side == "scheme" and budget > hi_pt.get("kl").mean:
+        x, note = hi_pt, "below-budget"
+    elif side == "reference" and budget < lo_pt.get("kl").mean:
+        x, note = lo_pt, "above-budget"
+    else:
+        return e
+    f = x.get(stat)
+    return Estimate(f.mean, f.lo, f.hi, f.key_sd, f.n, f"{note}:{x.get('kl').mean:.3g}")
+
+
 def power(run: Run) -> list[Line]:
     """TPR at 1% FPR at equal KL against the best diverse baseline's lower bound (module doc)."""
     cs = _curves(run)
@@ -200,13 +230,13 @@ def power(run: Run) -> list[Line]:
     for regime in run.cfg.tier.power_regimes:
         mine = cs.get((regime, run.label))
         for b in run.cfg.tier.kl_budgets:
-            e = at_kl(mine, "tpr", b) if mine is not None else Estimate(float("nan"), float("nan"), float("nan"))
+            e = at_kl_conservative(mine, "tpr", b, "scheme")
             best, best_name = None, ""
             for base in run.cfg.baselines:
                 c = cs.get((regime, base.name))
                 if c is None or not run.diversity_pass.get((base.name, regime), False):
                     continue
-                eb = at_kl(c, "tpr", b)
+                eb = at_kl_conservative(c, "tpr", b, "reference")
                 if eb.ok and (best is None or eb.mean > best.mean):
                     best, best_name = eb, base.name
             thr = best.lo if best is not None else float("nan")
@@ -233,7 +263,7 @@ def robustness(run: Run) -> list[Line]:
         for attack, strength in ROBUSTNESS_EDITS:
             stat = f"tpr:{attack_family(attack)}@{strength:g}"
             e = default.get(stat)
-            ref = at_kl(rgd, stat, kl.mean) if (rgd is not None and kl.ok) else Estimate(float("nan"), float("nan"), float("nan"))
+            ref = at_kl_conservative(rgd, stat, kl.mean, "reference") if kl.ok else _NA
             out.append(_estimate_line(f"robustness: TPR after {attack} {strength:g}, {regime} (vs red-green-dlm "
                                       f"{'n/a' if not ref.ok else f'{ref.mean:.2f}'} at KL {kl.mean:.3f})", e,
                                       ref.mean if ref.ok else float("nan"), ">=", red_green_dlm=ref.mean if ref.ok else None,
