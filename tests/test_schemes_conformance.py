@@ -38,9 +38,13 @@ TEST_PARAMS: dict[str, dict] = {
     "global-sketch-green": {"sketch": {"prior": {"source": "uniform"}, "delta": 0.75, "coverage_full": 0.25,
                                        "marginals": "sampled"}},  # its default sketch channel, uniform prior
     "kth-exp-edit": {"key_len": 32, "n_permutations": 99},  # p-value resolution 0.01; short key: fast DP
+    "keyed-family": {"inner": {"name": "global-sketch-green", "params": {
+        "sketch": {"prior": {"source": "uniform"}, "delta": 0.75, "coverage_full": 0.25, "marginals": "sampled"},
+        "sampling": "free"}}, "members": 4, "decoys": 8},  # a small family of the default's tilts
 }
 #: Bound on the median watermarked p-value (64 tokens, default strength).
-MEDIAN_P: dict[str, float] = {"kth-exp-edit": 1.5 / 100}  # permutation p-values cannot go below 1/(P+1)
+MEDIAN_P: dict[str, float] = {"kth-exp-edit": 1.5 / 100,  # permutation p-values cannot go below 1/(P+1)
+                               "keyed-family": 1e-2}  # the spread test's Student tail (9 degrees of freedom)
 DEFAULT_MEDIAN_P = 1e-3
 
 

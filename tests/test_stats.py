@@ -299,7 +299,9 @@ def test_one_detection_signature_across_schemes_and_score_functions():
     ids = torch.randint(0, V, (3, 24), generator=torch.Generator().manual_seed(7))
     valid = torch.ones_like(ids, dtype=torch.bool)
     small = {"global-sketch": {"prior": {"source": "uniform"}}, "kth-exp-edit": {"key_len": 16, "n_permutations": 9},
-             "global-sketch-family": {"member": {"prior": {"source": "uniform"}}}}
+             "global-sketch-family": {"member": {"prior": {"source": "uniform"}}},
+             "keyed-family": {"inner": {"name": "global-sketch", "params": {"prior": {"source": "uniform"}}},
+                              "members": 4, "decoys": 4}}
     for name in reg.names("scheme"):
         scheme = reg.create("scheme", name, small.get(name, {}), KEY, V)
         s = scheme.score_ids(ids, valid)
