@@ -326,11 +326,14 @@ def _interleaved(fns: dict[str, Any], repeats: int) -> dict[str, list[float]]:
 
 
 def speed(run: Run) -> list[Line]:
-    """Generation time ratio per regime and detection throughput (module doc)."""
+    """Generation time ratio per regime and detection throughput (module doc). The interval is the range over
+    repeats, a spread, not a confidence interval: where the tier gates only on decisive lines the speed lines
+    carry none and are INFO (timings follow the machine's load, which a regression guard must not)."""
     from ..detection import pad_ids
 
     t, ctx = run.cfg.tier, run.ctx
     prompts = ctx.prompts(0)["eval"][: t.speed_batch]
+    spread = lambda x: (float("nan"),) * 2 if t.decisive_only else (float(np.min(x)), float(np.max(x)))  # noqa: E731
     out = []
     for regime in t.regimes:
         unit = run.units[(run.label, regime)]
@@ -341,9 +344,8 @@ def speed(run: Run) -> list[Line]:
         tm = _interleaved(fns, t.speed_repeats)
         r = np.array(tm["wm"]) / np.array(tm["plain"])
         out.append(Line(f"speed: generation time watermarked / unwatermarked, {regime}",
-                        float(np.median(tm["wm"]) / np.median(tm["plain"])), float(r.min()), float(r.max()),
-                        len(r), 1.2, "<=", "ratio", detail={"seconds_wm": tm["wm"], "seconds_plain": tm["plain"],
-                                                          "texts": len(prompts)}))
+                        float(np.median(tm["wm"]) / np.median(tm["plain"])), *spread(r), len(r), 1.2, "<=", "ratio",
+                        detail={"seconds_wm": tm["wm"], "seconds_plain": tm["plain"], "texts": len(prompts)}))
     unit = run.units[(run.label, t.regimes[0])]
     scheme = ctx.scheme(unit)
     groups = _samples(run, unit, t.regimes[0], True)
@@ -354,8 +356,8 @@ def speed(run: Run) -> list[Line]:
     n_tok = int(valid.sum())
     secs = _interleaved({"detect": lambda: scheme.score_ids(x, valid)}, max(3, t.speed_repeats))["detect"]
     tps = np.array([n_tok / s for s in secs])
-    out.append(Line("speed: detection on token ids", float(np.median(tps)), float(tps.min()), float(tps.max()), len(tps),
-                    5e7, ">=", "tokens/s", detail={"tokens_per_call": n_tok}))
+    out.append(Line("speed: detection on token ids", float(np.median(tps)), *spread(tps), len(tps), 5e7, ">=", "tokens/s",
+                    detail={"tokens_per_call": n_tok, "range": [float(tps.min()), float(tps.max())]}))
     return out
 
 
