@@ -144,3 +144,23 @@ def test_union_reads_and_tilt_shares():
     inc = Tilt(index=torch.tensor([[[1, 1]], [[2, 3]]]), value=torch.ones(2, 1, 2))
     inc.add_to(logits, torch.tensor([0.5, 1.0]))
     assert torch.equal(logits, torch.tensor([[[0.0, 1.0, 0.0, 0.0]], [[0.0, 0.0, 1.0, 1.0]]]))
+
+
+def test_the_plugin_guides_combined_scheme_runs():
+    """docs/plugins.md's ``my_pkg/green_pair.py``: two channels, tested by the weighted Bonferroni bound."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "plugins.md").read_text(encoding="utf-8")
+    code = re.search(r"```python\n(# my_pkg/green_pair.py\n.*?)```", page, re.S)
+    assert code, "docs/plugins.md no longer shows my_pkg/green_pair.py"
+    ns: dict = {}
+    exec(compile(code.group(1), "docs/plugins.md:my_pkg/green_pair.py", "exec"), ns)  # noqa: S102
+    pair = ns["GreenPair"]({}, KEY, V)
+    ids = torch.randint(5, V, (8, 40), generator=torch.Generator().manual_seed(5))
+    valid = torch.ones_like(ids, dtype=torch.bool)
+    out = pair.score_ids(ids, valid)
+    p = torch.stack([out.channels[n][0] for n in ("left", "right")])
+    assert torch.equal(out.p_value, (2 * p.min(0).values).clamp(max=1.0))
+    step = _step(2, 10, seed=6)
+    assert pair.process_logits(step).shape == (2, step.marginals.targets.shape[1], V)
