@@ -14,8 +14,12 @@ is shown as ± one standard deviation). Tables, one per task:
 * **theory checks** — the paper's statements measured (:mod:`sketchwm.bench.theory`): KL chain rule,
   Fisher ratio per η scale, per-key soundness on human text, edit-sensitivity bound per k edits.
 
-The HTML page has every asset inline (CSS, a few lines of JavaScript for sorting, plots as base64
-PNG), so it works from ``file://`` with no network.
+The page opens on the ranking per regime (:mod:`sketchwm.bench.ranking`) and a "which to use when"
+paragraph generated from it; the Pareto panels follow, then the matched tables, the stealing
+section, the tables above and the plots, collapsed; commits, run names and scheme versions are in a
+provenance section at the bottom. The HTML page has its CSS, the few lines of JavaScript that sort
+the tables and the Pareto SVGs inline, and shows the PNG plots written beside it, so the folder works
+from ``file://`` with no network.
 """
 
 from __future__ import annotations
@@ -32,7 +36,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..config import DEFAULT_SCHEME
+from . import matched as M
 from .matched_page import _slug, _with_regime, matched_section
+from .ranking import ranking_html, ranking_md, rankings, regime_order, which_to_use
 from .publish import write_section
 from .results import read_results
 from .stealing_page import stealing_section
@@ -306,7 +313,11 @@ th,td{border:1px solid #ccc;padding:3px 8px;text-align:right;font-size:13px}td:f
 th{background:#eef;cursor:pointer;user-select:none}th.asc:after{content:" ▲"}th.desc:after{content:" ▼"}
 .sd{color:#888;font-size:11px}img{max-width:100%;border:1px solid #ddd;margin:4px}.meta{color:#555;font-size:12px}
 td.best{font-weight:bold;background:#fff4c2}td.best:after{content:" ★"}.swatch{display:inline-block;width:10px;height:10px;
-margin-right:5px;border-radius:2px}figure.pareto svg{max-width:100%;height:auto}.notes{font-size:12px;color:#444}"""
+margin-right:5px;border-radius:2px}figure.pareto svg{max-width:100%;height:auto}.notes{font-size:12px;color:#444}
+body{max-width:1360px}h1{margin:.2em 0}.lede{font-size:13px;color:#333;margin:.2em 0 .6em}.lede nav{display:inline}
+.scroll{overflow-x:auto;max-width:100%}table.ranking{width:100%}table.ranking td:nth-child(2){text-align:left;white-space:nowrap}
+tr.tie td:first-child{color:#a60}details{margin:.6em 0}summary{cursor:pointer;font-weight:bold;font-size:15px}
+h3 .meta{font-weight:normal;margin-left:.5em}"""
 _JS = """function sortTable(th){const t=th.closest('table'),i=[...th.parentNode.children].indexOf(th);
 const asc=!th.classList.contains('asc');t.querySelectorAll('th').forEach(h=>h.classList.remove('asc','desc'));
 th.classList.add(asc?'asc':'desc');const b=t.tBodies[0],rows=[...b.rows];
@@ -411,6 +422,34 @@ def scheme_versions(df: pd.DataFrame) -> dict[str, list[str]]:
     return out
 
 
+#: the first screen's opening sentence (the rule in full: :mod:`sketchwm.bench.ranking`)
+RANK_INTRO = ("One table per decoding regime, one row per scheme, best first. Schemes whose 95% intervals of the "
+              "ranking figure overlap share a group number (ties, with what would separate them below the table). "
+              "Columns after the ranking figure are read at the row's setting (shown beside its name): TPR at 1% FPR "
+              "at equal distortion, KL/token (0 for keyed-noise schemes, whose cost shows as lower diversity), TPR "
+              "after 30% of the words substituted / inserted / reordered, distinct-2 across samples of one prompt, "
+              "detection throughput.")
+
+
+def _lede(df: pd.DataFrame) -> str:
+    """One line on what the board holds: schemes, regimes, texts per setting, keys, lengths, models."""
+    t = df[(df["row_type"] == "text") & (df["cell_kind"] == "clean")]
+    per = t.groupby(["regime", "scheme"]).size() if not t.empty else pd.Series([0])
+    n = f"{per.min()}" if per.min() == per.max() else f"{per.min()}-{per.max()}"
+    regimes = ", ".join(regime_order(df["regime"]))
+    lengths = ", ".join(str(int(x)) for x in sorted(df["length"].dropna().unique()))
+    return (f"{df['curve'].nunique()} schemes in {df['regime'].nunique()} regimes ({regimes}); {n} texts per setting "
+            f"over {df['key_fingerprint'].nunique()} keys, {lengths} tokens, model "
+            f"{', '.join(sorted(df['model_id'].astype(str).unique()))}")
+
+
+def _bold(text: str) -> str:
+    """``**x**`` → ``<b>x</b>`` in already escaped text."""
+    import re
+
+    return re.sub(r"\*\*(.+?)\*\*", r"<b>\1</b>", text)
+
+
 def _atomic_write(path: Path, data: str | bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     if isinstance(data, bytes):
@@ -442,7 +481,9 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
     colours = scheme_colours(list(df["curve"].astype(str).unique()))
     figs = plots(df, agg, colours)
     regime_info = _regime_descriptions(results)
-    mt = matched_section(df, colours, regime_info)
+    cs, refs = M.curves(df), M.references(df)
+    ranks = rankings(df, cs, refs)
+    mt = matched_section(df, colours, regime_info, cs, refs)
     steal = stealing_section(df, colours)
     written = []
     p = out / "summary.csv"
@@ -479,12 +520,7 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
             f"commit {', '.join(sorted(c for c in df['git_commit'].astype(str).unique() if c)) or 'n/a'}; "
             f"models {', '.join(sorted(df['model_id'].astype(str).unique()))}; keys {df['key_fingerprint'].nunique()}; "
             f"{int((df['row_type'] == 'text').sum())} text rows in {df['cell_hash'].nunique()} cells")
-    md = ["## Leaderboard", "", f"_{meta}_", ""]
-    if command:
-        md += ["Made with:", "", "```", command, "```", ""]
-    md.append("↑ higher is better, ↓ lower; ± one standard deviation over keys; TPR at a FPR uses the one decision "
-              "rule score ≥ max(τ_N, τ_α), τ_N conformal from a calibration split of unwatermarked texts of the same "
-              "model, length and key, the FPR measured on a disjoint split.")
+    lede = _lede(df)
     unversioned = [k for k, v in versions.items() if v == [UNVERSIONED]]
     ver_note = ("Scheme versions: " + ", ".join(f"{k} {v[0]}" for k, v in versions.items() if v != [UNVERSIONED])
                 if len(unversioned) < len(versions) else "")
@@ -492,31 +528,53 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
         ver_note += ("; " if ver_note else "") + (
             f"unversioned: {', '.join(unversioned)} (cells run before a scheme's version and resolved params were part "
             "of a cell's identity: this board cannot show that they match the installed code)")
-    md += ["", ver_note + "."]
     missing = _missing(results, df)
+    note = ("Not in this board: the run's config plans these settings, which have no results yet (the run "
+            "stopped before them; re-running the same `sketchwm bench run` resumes): ")
+    advice = which_to_use(ranks, DEFAULT_SCHEME)
+    md = ["## Leaderboard", "", lede + ".", ""]
     if missing:
-        note = ("Not in this board: the run's config plans these settings, which have no results yet (the run "
-                "stopped before them; re-running the same `sketchwm bench run` resumes): ")
-        md += ["", note + "; ".join(missing) + "."]
-    md += ["", mt.md, ""] + ([steal.md, ""] if steal.md else []) + ["## Detailed tables", "",
-           "Every setting of every sweep; rows sorted by the first column, ★ the best value of each column.", "",
+        md += [note + "; ".join(missing) + ".", ""]
+    md += ["## Ranking per regime", "", RANK_INTRO, "", ranking_md(ranks, regime_info), "### Which to use when", "",
+           advice, "", mt.md, ""] + ([steal.md, ""] if steal.md else []) + ["## Detailed tables", "",
+           "Every setting of every sweep; rows sorted by the first column, ★ the best value of each column. ↑ higher is "
+           "better, ↓ lower; ± one standard deviation over keys; TPR at a FPR uses the one decision rule score ≥ "
+           "max(τ_N, τ_α), τ_N conformal from a calibration split of unwatermarked texts of the same model, length and "
+           "key, the FPR measured on a disjoint split.", "",
            *(to_markdown(t) + "\n" for t in tabs)]
-    md_text = "\n".join(md)
+    md += ["## Provenance", "", f"_{meta}_", "", ver_note + "."]
+    if command:
+        md += ["", "Made with:", "", "```", command, "```"]
+    md_text = "\n".join(md) + "\n"
     p = out / "leaderboard.md"
     _atomic_write(p, md_text)
     written.append(p)
     e = html.escape
-    nav = " · ".join([f'<a href="#matched-quality">Matched quality</a>'] + (['<a href="#stealing-vs-n">Stealing vs N</a>'] if steal.html else [])
-                     + [f'<a href="#{t.slug}">{e(t.title)}</a>' for t in tabs])
-    imgs = "".join(f'<figure><img id="plot-{k}" alt="{k}" src="data:image/png;base64,{v}"><figcaption>{k}</figcaption></figure>'
-                   for k, v in figs.items())
+    nav = " · ".join(['<a href="#ranking">Ranking</a>', '<a href="#which">Which to use when</a>',
+                      '<a href="#matched-quality">Matched quality</a>']
+                     + (['<a href="#stealing-vs-n">Stealing vs N</a>'] if steal.html else [])
+                     + ['<a href="#detailed">Detailed tables</a>', '<a href="#plots">Plots</a>',
+                        '<a href="#provenance">Provenance</a>'])
+    imgs = "".join(f'<figure><img id="plot-{k}" alt="{k}" src="{k}.png"><figcaption>{k}</figcaption></figure>'
+                   for k in figs)
+    detailed = "".join(f'<div class="scroll">{to_html_table(t)}</div>' for t in tabs)
     page = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>sketchwm leaderboard</title>'
-            f"<style>{_CSS}</style></head><body><h1>sketchwm leaderboard</h1><p class=\"meta\">{e(meta)}</p>"
-            + (f"<pre>{e(command)}</pre>" if command else "")
-            + f'<p id="versions" class="notes">{e(ver_note)}.</p>'
+            f'<meta name="viewport" content="width=device-width"><style>{_CSS}</style></head><body>'
+            f'<h1>sketchwm leaderboard</h1><div class="lede">{e(lede)}. <nav>{nav}</nav></div>'
             + (f'<p id="missing" class="notes">{e(note.replace("`", "") + "; ".join(missing))}.</p>' if missing else "")
-            + f"<nav>{nav}</nav>{mt.html}{steal.html}<h2 id=\"detailed\">Detailed tables</h2>{''.join(to_html_table(t) for t in tabs)}"
-            f"<h2 id=\"plots\">Plots</h2>{imgs}"
+            + f'<section id="ranking"><h2>Ranking per regime</h2><p class="notes">{e(RANK_INTRO)}</p>'
+            + ranking_html(ranks, colours, regime_info) + "</section>"
+            + f'<section id="which"><h2>Which to use when</h2><p>{_bold(e(advice))}</p></section>'
+            + mt.html
+            + (f'<details id="stealing-details"><summary>Stealing: spoof rate vs N</summary>{steal.html}</details>'
+               if steal.html else "")
+            + f'<details id="detailed"><summary>Detailed tables (every setting of every sweep)</summary>'
+              f'<p class="notes">Rows sorted by the first column, ★ the best value of each column; click a header to '
+              f"sort. ± one standard deviation over keys.</p>{detailed}</details>"
+            + f'<details id="plots"><summary>Plots</summary>{imgs}</details>'
+            + f'<section id="provenance"><h2>Provenance</h2><p class="meta">{e(meta)}</p>'
+            + (f"<pre>{e(command)}</pre>" if command else "")
+            + f'<p id="versions" class="notes">{e(ver_note)}.</p></section>'
             f"<script>{_JS}</script></body></html>")
     p = out / "index.html"
     _atomic_write(p, page)

@@ -223,13 +223,21 @@ def _swept_columns(rc: list[Any], ref: dict[str, Any], atk: list[str], cols: dic
     return head, tok, [f"TPR @ KL={b:g}" for b in M.KL_BUDGETS] + mmw, wb
 
 
-def matched_section(df: pd.DataFrame, colours: dict[str, str], regime_info: dict[str, str] | None = None) -> Matched:
-    """The ``matched-quality`` section (see :mod:`sketchwm.bench.matched` for the rules)."""
+def matched_section(df: pd.DataFrame, colours: dict[str, str], regime_info: dict[str, str] | None = None,
+                    cs: list[Any] | None = None, refs: dict[str, Any] | None = None) -> Matched:
+    """The ``matched-quality`` section (see :mod:`sketchwm.bench.matched` for the rules): in HTML the
+    Pareto panels, then the rules and tables collapsed in ``<details id="matched-details">``.
+
+    Args:
+        df: every result row; colours: scheme → colour; regime_info: regime → description;
+        cs, refs: :func:`sketchwm.bench.matched.curves` and :func:`~sketchwm.bench.matched.references`
+            of ``df`` when the caller has them (computed here otherwise).
+    """
     from . import matched as M
 
     df = _with_regime(df)
-    cs = M.curves(df)
-    refs = M.references(df)
+    cs = M.curves(df) if cs is None else cs
+    refs = M.references(df) if refs is None else refs
     atk = M.attack_stats(cs)
     e = html.escape
     md: list[str] = ["## Matched quality", ""]
@@ -327,8 +335,8 @@ def matched_section(df: pd.DataFrame, colours: dict[str, str], regime_info: dict
             trs.append(f'<tr data-scheme="{e(c.name)}"><td>{sw}{e(c.name)}</td><td>{e(knob)}</td>' + "".join(cells_html) + "</tr>")
         md.append("")
         th = "".join(f"<th>{e(k + (' ↑' if higher[k] else ' ↓'))}</th>" for k in col_names)
-        hs.append(f'<table class="board matched" data-regime="{e(regime)}" id="table-matched-{_slug(regime)}">'
-                  f"<thead><tr><th>scheme</th><th>knob</th>{th}</tr></thead><tbody>{''.join(trs)}</tbody></table>")
+        hs.append(f'<div class="scroll"><table class="board matched" data-regime="{e(regime)}" id="table-matched-{_slug(regime)}">'
+                  f"<thead><tr><th>scheme</th><th>knob</th>{th}</tr></thead><tbody>{''.join(trs)}</tbody></table></div>")
     # winners per regime and budget
     if win_rows:
         budgets = list(dict.fromkeys(k for _, w in win_rows for k in w))
@@ -345,9 +353,9 @@ def matched_section(df: pd.DataFrame, colours: dict[str, str], regime_info: dict
             trs.append(f'<tr data-regime="{e(regime)}"><td>{e(regime)}</td>{tds}</tr>')
         md.append("")
         hs.insert(2, '<h3 id="winners">Winners per regime and budget</h3><p>Best point estimate first; "=" joins '
-                     'schemes the 95% intervals do not separate (a tie).</p><table class="board" id="table-winners">'
+                     'schemes the 95% intervals do not separate (a tie).</p><div class="scroll"><table class="board" id="table-winners">'
                      "<thead><tr><th>regime</th>" + "".join(f"<th>{e(b)}</th>" for b in budgets)
-                     + f"</tr></thead><tbody>{''.join(trs)}</tbody></table>")
+                     + f"</tr></thead><tbody>{''.join(trs)}</tbody></table></div>")
     # the greedy regime stated plainly
     greedy = [c for c in cs if "greedy" in c.regime]
     if greedy:
@@ -369,10 +377,16 @@ def matched_section(df: pd.DataFrame, colours: dict[str, str], regime_info: dict
     hs.append('<h3 id="axes">What each axis measures and where it misleads</h3><ul>'
               + "".join(f"<li><b>{e(k)}</b>: {e(v)}</li>" for k, v in AXES.items()) + "</ul>")
     svgs = pareto_svgs(cs, refs, colours)
-    hs.append('<h3 id="pareto">Pareto curves, one panel per regime</h3>')
+    figs = ['<h3 id="pareto">Pareto curves, one panel per regime</h3>']
     for regime, svg in svgs.items():
-        hs.append(f'<figure class="pareto" data-regime="{e(regime)}" id="pareto-{_slug(regime)}">{svg}'
-                  f"<figcaption>regime {e(regime)}: each scheme's strength sweep (line, one marker per setting) with its "
-                  "95% bootstrap band; a scheme without a knob is one point with its interval</figcaption></figure>")
-    hs.append("</section>")
-    return Matched("\n".join(md), "".join(hs), pd.DataFrame(rows), svgs)
+        figs.append(f'<figure class="pareto" data-regime="{e(regime)}" id="pareto-{_slug(regime)}">{_compact_svg(svg)}'
+                    f"<figcaption>regime {e(regime)}: each scheme's strength sweep (line, one marker per setting) with its "
+                    "95% bootstrap band; a scheme without a knob is one point with its interval</figcaption></figure>")
+    page = (hs[0] + "".join(figs) + '<details id="matched-details"><summary>Matched tables: equal KL, MarkMyWords, '
+            "WaterBench, winners per budget</summary>" + "".join(hs[1:]) + "</details></section>")
+    return Matched("\n".join(md), page, pd.DataFrame(rows), svgs)
+
+
+def _compact_svg(svg: str) -> str:
+    """``svg`` with its coordinates rounded to 0.1 px (the inline copy on the page; the files keep theirs)."""
+    return re.sub(r"(-?\d+\.\d{2,})", lambda m: f"{float(m.group(1)):.1f}", svg)
