@@ -160,7 +160,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     key = _key(args)  # key errors first, before reading (possibly) stdin
     if args.out and args.executor == "local":
         check_output_path(args.out)  # before any work
-    fmt = input_format(args.input, args.format)
+    fmt = input_format(args.input, args.format, args.text_column)
     source = args.input
     if args.executor == "ray" and os.path.isdir(args.input):  # the configuration is read from the first file
         from pathlib import Path
@@ -169,7 +169,8 @@ def cmd_detect(args: argparse.Namespace) -> int:
         if not files:
             raise InputError(f"input directory {args.input} has no files")
         source = str(files[0])
-    reader = iter_input_chunks(source, fmt, args.chunk_size, strict=args.strict)  # bounded memory: one chunk at a time
+    reader = iter_input_chunks(source, fmt, args.chunk_size, strict=args.strict,  # bounded memory: one chunk at a time
+                               text_field=args.text_column)
     first = next(reader)
     cfg, cfg_source = _detect_config(args, first.meta())
     recorded_cfg = json.dumps(_recorded_config(first.meta()), sort_keys=True) if cfg_source == "records" else None
@@ -214,17 +215,24 @@ def cmd_detect(args: argparse.Namespace) -> int:
         if args.json:
             sys.stdout.write(b"".join(orjson.dumps({"index": i, **r}) + b"\n" for i, r in enumerate(rows, chunk.start)).decode())
             return
+        by_p = res.threshold_source == "p-value"  # the decision is p <= alpha: those two columns come first
+        chan = res.channels is not None
         if chunk.start == 0:
-            print(f"{'#':>4} {'tokens':>6} {'scored':>6} {'score':>10} {'z':>7} {'p-value':>10} {'threshold':>10}  "
-                  "decision   (tokens: text length; scored: tokens in the statistic)")
+            rule = "p-value     alpha" if by_p else "     score  threshold"
+            print(f"{'#':>4} {'tokens':>6} {'scored':>6} {rule}  {'decision':<15}  "
+                  + (f"{'score':>10}" if by_p else f"{'p-value':>10}")
+                  + (f"  {'channel':<15} {'z':>7}" if chan else f"  {'z':>7}"))
         for i, r in enumerate(rows, chunk.start):
             if r["status"] != "ok":
-                print(f"{i:>4} {r['n_tokens']:>6} {'-':>6} {'-':>10} {'-':>7} {'-':>10} {'-':>10}  not scored: {r['error']}")
+                print(f"{i:>4} {r['n_tokens']:>6} {'-':>6} {'-':>10} {'-':>10}  not scored: {r['error']}")
                 continue
             scored = "-" if r.get("n_scored") is None else r["n_scored"]
-            print(f"{i:>4} {r['n_tokens']:>6} {scored:>6} {r['score']:>10.3f} {r['z']:>7.2f} {r['p_value']:>10.2e} "
-                  f"{r['threshold']:>10.3f}  {'WATERMARKED' if r['is_watermarked'] else 'not watermarked'}")
-            if r.get("explanation"):
+            pair = f"{r['p_value']:>10.2e} {r['alpha']:>10g}" if by_p else f"{r['score']:>10.3f} {r['threshold']:>10.3f}"
+            other = f"{r['score']:>10.3f}" if by_p else f"{r['p_value']:>10.2e}"
+            z = f"  {r['deciding_channel'] or '-':<15} {r['z']:>7.2f}" if chan else f"  {r['z']:>7.2f}"
+            print(f"{i:>4} {r['n_tokens']:>6} {scored:>6} {pair}  "
+                  f"{'WATERMARKED' if r['is_watermarked'] else 'not watermarked':<15}  {other}{z}")
+            if r["p_value"] is not None and (r["p_value"] <= r["alpha"]) != r["is_watermarked"] and not by_p:
                 state["notes"].append(f"  #{i}: {r['explanation']}")
 
     import orjson
@@ -253,8 +261,14 @@ def cmd_detect(args: argparse.Namespace) -> int:
         print(f"wrote {start} results to {args.out} ({state['watermarked']} watermarked, {len(errors)} not scored)",
               file=sys.stderr)
     elif not args.json and res is not None:
-        print(f"key {res.key_fingerprint}; threshold: {res.threshold_source} (alpha={res.alpha}); p-value: {res.p_value_method}; "
-              f"scheme {prov['scheme']['name']} (config from {cfg_source}); sketchwm {prov['sketchwm_version']}")
+        if res.threshold_source == "p-value":
+            rule = f"decision: p-value <= alpha (no closed-form threshold, no calibration)"
+        else:
+            rule = f"decision: score against threshold ({res.threshold_source}, alpha={res.alpha})"
+        chan = "; z: the deciding channel's" if res.channels is not None else ""
+        print(f"{rule}; p-value: {res.p_value_method}{chan}\n"
+              f"key {res.key_fingerprint}; scheme {prov['scheme']['name']} (config from {cfg_source}); "
+              f"sketchwm {prov['sketchwm_version']}; --json for each text's explanation")
         for n in state["notes"]:
             print(n)
     if errors and args.strict:
@@ -410,6 +424,7 @@ def build_parser(argv: Sequence[str] | None = None, plugins: Sequence[Any] = ())
         RegistryError: a plugin fails to load or adds a sub-command whose name is taken.
     """
     from . import __version__
+    from .io import FORMATS_HELP, INPUT_FORMATS
 
     p = _Parser(prog="sketchwm", description="Global sketch watermarking for masked diffusion LMs.")
     p.add_argument("--version", action="version", version=f"sketchwm {__version__}")
@@ -452,11 +467,13 @@ def build_parser(argv: Sequence[str] | None = None, plugins: Sequence[Any] = ())
     add_config_args(g)
 
     d = add("detect", cmd_detect, "", help="detect the watermark in text, JSONL or Parquet")
-    d.add_argument("--input", required=True, help="JSONL with 'text' (other fields kept), Parquet with a 'text' column, "
-                                                  "or a plain text file (one text); - for stdin")
-    d.add_argument("--format", choices=["auto", "jsonl", "text", "parquet"], default="auto",
-                   help="what --input is (default auto: Parquet by its magic bytes, JSONL when the first non-blank "
-                        "character is '{', else one plain text)")
+    d.add_argument("--input", required=True, help=f"the texts to detect, one of: {FORMATS_HELP}; - for stdin")
+    d.add_argument("--format", choices=list(INPUT_FORMATS), default="auto",
+                   help="what --input is (default auto: CSV/TSV by the extension .csv, .tsv or .tab; Parquet by its "
+                        "magic bytes; JSONL when the first non-blank character is '{'; CSV/TSV when the first line "
+                        "is a header with the text column; else one plain text; binary data is refused)")
+    d.add_argument("--text-column", default="text", metavar="NAME",
+                   help="the field or column holding the text, in JSONL, CSV, TSV and Parquet (default text)")
     d.add_argument("--out", help="write every input record with the detection columns added, atomically: Parquet for "
                                  "a .parquet/.pq name, else JSONL (with --executor ray: a new directory of Parquet "
                                  "files). Default: a table (or --json lines) on stdout")
@@ -557,13 +574,40 @@ def main(argv: Sequence[str] | None = None, plugins: Sequence[Any] = ()) -> int:
     """
     import warnings
 
-    argv_list = list(sys.argv[1:] if argv is None else argv)
-    saved = warnings.showwarning
-    warnings.showwarning = _warning_printer("--debug" in argv_list)
+    with _interrupt_handler():  # first: a Ctrl-C from here on exits 130 with its one line
+        argv_list = list(sys.argv[1:] if argv is None else argv)
+        saved = warnings.showwarning
+        warnings.showwarning = _warning_printer("--debug" in argv_list)
+        try:
+            return _main(argv_list, plugins, program=argv is None)
+        finally:
+            warnings.showwarning = saved
+
+
+@contextlib.contextmanager
+def _interrupt_handler():
+    """While a command runs, SIGINT raises :class:`sketchwm.errors.Interrupted` (a KeyboardInterrupt).
+
+    Installed only over Python's own handler, in the main thread: a SIGINT that the caller ignores
+    (a background job) or handles stays theirs. The previous handler is restored on exit.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    from .errors import Interrupted
+
+    def raise_interrupted(signum: int, frame: Any) -> None:
+        raise Interrupted()
+
+    signal.signal(signal.SIGINT, raise_interrupted)
     try:
-        return _main(argv_list, plugins, program=argv is None)
+        yield
     finally:
-        warnings.showwarning = saved
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _main(argv: list[str], plugins: Sequence[Any], program: bool = False) -> int:

@@ -11,13 +11,15 @@ column                    type        meaning
 ``status``                string      ``ok`` (scored) or ``error`` (see ``error``)
 ``error``                 string      why the record was not scored ("the record has 3 tokens; ...")
 ``score``                 float64     the scheme's statistic (S_k of the seed paper's eq. 2)
-``z``                     float64     standardised statistic
-``p_value``               float64     p-value under the scheme's null
-``threshold``             float64     threshold applied to ``score``
+``z``                     float64     standardised statistic (combined scheme: the deciding channel's)
+``p_value``               float64     p-value under the scheme's null (combined scheme: the combined one)
+``threshold``             float64     threshold applied to ``score`` (null when the p-value decides)
 ``is_watermarked``        bool        the decision (:meth:`sketchwm.detection.Detector.decide`)
 ``n_tokens``              int64       tokens scored
 ``decided_by``            string      which threshold decided (:meth:`DetectionResult.explain`)
-``explanation``           string      why p-value and decision disagree, when they do
+``deciding_channel``      string      the channel that decided (combined schemes; else null)
+``explanation``           string      the verdict, the rule that decided and its numbers
+``C_p_value``, ``C_z``    float64     each channel C's own p-value and z (combined schemes only)
 ``detection``             JSON        provenance: key fingerprint, scheme and params, backend,
                                       tokenizer, threshold source, α, p-value method, version,
                                       configuration source, calibration file, time
@@ -46,7 +48,8 @@ __all__ = ["OWNED_COLUMNS", "output_format", "detection_columns", "records_table
            "ResultWriter", "RayDetectBatch", "detect_with_ray", "iter_results"]
 
 OWNED_COLUMNS = ("status", "error", "score", "z", "p_value", "threshold", "is_watermarked", "n_tokens", "decided_by",
-                 "explanation", "detection")
+                 "deciding_channel", "explanation", "detection")
+_CHANNEL_COLUMN = re.compile(r"^[A-Za-z0-9_]+_(?:p_value|z)$")  # a channel's p-value or z (DetectionResult.channel_column)
 _POSITION = re.compile(r"^(?:text|line|row) \d+ ")
 _RUN_FIELDS = ("threshold_source", "alpha", "key_fingerprint", "scheme", "p_value_method")
 
@@ -66,10 +69,12 @@ def detection_columns(res: Any, run: dict[str, Any]) -> tuple[dict[str, list[Any
 
     Returns:
         (columns: name → list of B values, for every name of :data:`OWNED_COLUMNS` but
-        ``detection``; detection: the provenance dict).
+        ``detection``, then each channel's ``C_p_value`` and ``C_z`` for a combined scheme;
+        detection: the provenance dict).
     """
     every = res.columns()  # vectorised: whole tensors to lists, no per-record dict
     cols = {c: every[c] for c in OWNED_COLUMNS if c != "detection"}
+    cols.update({c: v for c, v in every.items() if _CHANNEL_COLUMN.match(c) and c not in OWNED_COLUMNS})
     # the row is the record: its position ("text 12", "line 13"), which depends on how the input was
     # split among workers, is left out, so every executor writes the same rows
     cols["error"] = [None if e is None else _POSITION.sub("the record ", e, count=1) for e in cols["error"]]
@@ -82,7 +87,7 @@ def detection_columns(res: Any, run: dict[str, Any]) -> tuple[dict[str, list[Any
 
 _TYPES = {"status": "string", "error": "string", "score": "float64", "z": "float64", "p_value": "float64",
           "threshold": "float64", "is_watermarked": "bool_", "n_tokens": "int64", "decided_by": "string",
-          "explanation": "string", "detection": "string"}
+          "deciding_channel": "string", "explanation": "string", "detection": "string"}
 
 
 def _arrow_column(values: list[Any]) -> Any:
@@ -146,12 +151,12 @@ def annotate_table(table: Any, cols: dict[str, list[Any]], detection: dict[str, 
     """``table`` (the input records) without the owned columns, then the detection columns."""
     import pyarrow as pa
 
-    keep = [c for c in table.column_names if c not in OWNED_COLUMNS]
+    keep = [c for c in table.column_names if c not in OWNED_COLUMNS and c not in cols]
     out = table.select(keep)
     n = out.num_rows if keep else len(next(iter(cols.values())))
-    arrays = [_owned_array(cols[c], _TYPES[c]) for c in OWNED_COLUMNS if c != "detection"]
+    arrays = [_owned_array(v, _TYPES.get(c, "float64")) for c, v in cols.items()]
     arrays.append(_owned_array([json.dumps(detection, sort_keys=True)] * n, "string"))
-    names = list(OWNED_COLUMNS)
+    names = [*cols, "detection"]
     if keep:
         for name, arr in zip(names, arrays):
             out = out.append_column(name, arr)
@@ -193,11 +198,11 @@ class ResultWriter:
         if self.fmt == "jsonl":
             rows = chunk.records if chunk.records is not None else chunk.table.to_pylist()
             det = orjson.dumps(detection, default=str)
-            names = [c for c in OWNED_COLUMNS if c != "detection"]
+            names = list(cols)
             opts = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
             parts = []
             for i, rec in enumerate(rows):
-                row = {k: v for k, v in rec.items() if k not in OWNED_COLUMNS}
+                row = {k: v for k, v in rec.items() if k not in OWNED_COLUMNS and k not in cols}
                 for c in names:
                     row[c] = cols[c][i]
                 parts.append(orjson.dumps(row, default=str, option=opts)[:-1] + b',"detection":' + det + b"}\n")

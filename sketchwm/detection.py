@@ -335,6 +335,8 @@ class Detector(InputPaths):
             n_tokens=lengths.cpu(), threshold_source=source, alpha=self.alpha, key_fingerprint=self.key_fingerprint,
             scheme=self.scheme.name, p_value_method=s.p_value_method, tau_analytic=analytic, tau_calibrated=calibrated,
             n_scored=s.n_scored.cpu().long(),
+            channels=None if s.channels is None else {k: (cp.cpu().double(), cz.cpu().double())
+                                                      for k, (cp, cz) in s.channels.items()},
         )
 
 

@@ -159,6 +159,7 @@ class InputPaths:
         z, p = score.clone(), score.clone()
         lengths = np.zeros(B, np.int64)
         n_scored = torch.zeros(B, dtype=torch.long)
+        channels: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # name → (B,) p-values, (B,) z; NaN unscored
         ok = np.ones(B, dtype=bool)
         bar = None
         if progress:
@@ -183,7 +184,7 @@ class InputPaths:
             if not per_item and not ok[a:b].all():
                 raise InputError(next(e for e in errors[a:b] if e is not None))
             good = np.flatnonzero(ok[a:b])  # indices within the piece
-            done.append(self._score_piece(flat, lens, good, a, chunk, score, z, p, n_scored))
+            done.append(self._score_piece(flat, lens, good, a, chunk, score, z, p, n_scored, channels))
             if bar is not None:
                 bar.update(b - a)
         if bar is not None:
@@ -197,13 +198,15 @@ class InputPaths:
             score=score, z=z, p_value=p, threshold=thr, is_watermarked=decide,
             n_tokens=lengths_t, threshold_source=source, alpha=self.alpha, key_fingerprint=self.key_fingerprint,
             scheme=self.scheme.name, p_value_method=method, errors=errors if per_item else None,
-            tau_analytic=analytic, tau_calibrated=calibrated, n_scored=n_scored,
+            tau_analytic=analytic, tau_calibrated=calibrated, n_scored=n_scored, channels=channels or None,
         )
 
     def _score_piece(self, flat: np.ndarray, lengths: np.ndarray, good: np.ndarray, start: int, chunk: int,
-                     score: torch.Tensor, z: torch.Tensor, p: torch.Tensor, n_scored: torch.Tensor) -> str:
+                     score: torch.Tensor, z: torch.Tensor, p: torch.Tensor, n_scored: torch.Tensor,
+                     channels: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> str:
         """Score texts ``good`` of a flat piece (lengths (b,)) in length-sorted groups; write their
-        statistics at ``start + index`` of the (B,) outputs; return the p-value method ("" if none)."""
+        statistics at ``start + index`` of the (B,) outputs (each channel's p-value and z into
+        ``channels``, made NaN-filled on first sight); return the p-value method ("" if none)."""
         method = ""
         offsets = np.cumsum(lengths) - lengths
         for g in length_groups(lengths[good], max_texts=chunk):
@@ -213,5 +216,9 @@ class InputPaths:
             idx = torch.from_numpy(sel + start)
             score[idx], z[idx], p[idx] = s.score.cpu().double(), s.z.cpu().double(), s.p_value.cpu().double()
             n_scored[idx] = s.n_scored.cpu().long()
+            for name, (cp, cz) in (s.channels or {}).items():
+                if name not in channels:
+                    channels[name] = (torch.full_like(p, float("nan")), torch.full_like(z, float("nan")))
+                channels[name][0][idx], channels[name][1][idx] = cp.cpu().double(), cz.cpu().double()
             method = s.p_value_method
         return method

@@ -1,5 +1,6 @@
-"""The typed result of a detection (:class:`DetectionResult`): per-text score, z, p-value, threshold and
-decision with the run's provenance; re-exported by :mod:`sketchwm.detection`.
+"""The typed result of a detection (:class:`DetectionResult`): per-text score, z, p-value, threshold,
+decision and its explanation, each channel's test for a combined scheme, with the run's provenance;
+re-exported by :mod:`sketchwm.detection`.
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ class DetectionResult:
 
     Attributes:
         score: (B,) float64, the scheme's statistic (S_k of eq. 2 for ``global-sketch``).
-        z: (B,) float64, standardised statistic.
-        p_value: (B,) float64, p-value under the scheme's null (method in ``p_value_method``).
-        threshold: (B,) float64, threshold applied to ``score`` (per length bin when calibrated).
+        z: (B,) float64, standardised statistic (for a scheme combined from channels, the deciding
+            channel's z).
+        p_value: (B,) float64, p-value under the scheme's null (method in ``p_value_method``; for a
+            scheme combined from channels, the combined p-value).
+        threshold: (B,) float64, threshold applied to ``score`` (per length bin when calibrated); NaN
+            when the decision is ``p_value <= alpha`` (``threshold_source`` ``"p-value"``).
         is_watermarked: (B,) bool, the one decision rule (:meth:`Detector.decide`): ``score > τ_N``
             (calibrated) and ``score >= τ_α`` (analytic), or ``p_value <= alpha`` with neither.
         n_tokens: (B,) int64, the text's length in tokens (what ``min_tokens`` and the calibration's
@@ -32,6 +36,9 @@ class DetectionResult:
         key_fingerprint: fingerprint of the key (never the key).
         scheme: scheme name.
         p_value_method: how ``p_value`` was computed.
+        channels: for a scheme combined from channels (``SchemeScores.channels``), each channel's own
+            test by name: ((B,) float64 p-value, (B,) float64 z), NaN where a text was not scored;
+            None otherwise. The channel that decided is :meth:`deciding_channel`.
     """
 
     score: torch.Tensor
@@ -50,6 +57,7 @@ class DetectionResult:
     tau_calibrated: torch.Tensor | None = None
     provenance: dict[str, Any] | None = None
     n_scored: torch.Tensor | None = None
+    channels: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def __len__(self) -> int:
         return int(self.score.shape[0])
@@ -61,82 +69,151 @@ class DetectionResult:
             return torch.ones(len(self), dtype=torch.bool)
         return torch.tensor([e is None for e in self.errors], dtype=torch.bool)
 
+    def deciding_channel(self) -> list[str | None] | None:
+        """For a scheme combined from channels, the channel that decided each text; None otherwise.
+
+        The combined scheme reports the z of the channel whose weighted p-value is smallest, the one its
+        bound rests on (:class:`sketchwm.channels.CombinedScheme`): that channel is named. Where no
+        channel's z equals ``z``, the channel of smallest p-value. Unscored texts get None.
+
+        Returns:
+            B channel names (or None), or None without ``channels``.
+        """
+        if not self.channels:
+            return None
+        names = list(self.channels)
+        ps = torch.stack([p.double().cpu() for p, _ in self.channels.values()])  # (J, B)
+        zs = torch.stack([z.double().cpu() for _, z in self.channels.values()])  # (J, B)
+        match = zs == self.z.double().cpu()[None]  # (J, B)
+        smallest = ps.nan_to_num(nan=float("inf")).argmin(0)  # (B,)
+        pick = torch.where(match.any(0), match.to(torch.uint8).argmax(0), smallest).tolist()  # (B,)
+        ok = self.ok.tolist()
+        return [names[j] if k else None for j, k in zip(pick, ok)]
+
+    def _decided_by(self) -> list[str]:
+        """Which rule decided each text: ``p-value``, ``calibrated tau_N`` or ``analytic tau_alpha``."""
+        B = len(self)
+        if self.threshold_source == "p-value":
+            return ["p-value"] * B
+        ta, tc = self.tau_analytic, self.tau_calibrated
+        if tc is None:
+            cal = [False] * B
+        elif ta is None:
+            cal = [True] * B
+        else:
+            cal = (tc.double() >= ta.double()).tolist()
+        return ["calibrated tau_N" if c else "analytic tau_alpha" for c in cal]
+
+    def _rule(self, thr: float, ta: float | None, tc: float | None, by: str) -> str:
+        """The decision rule of one text, with its thresholds."""
+        if self.threshold_source == "p-value":
+            return (f"p_value <= alpha ({self.alpha:g}); the scheme has no closed-form threshold and no calibration "
+                    "was given")
+        if ta is not None and tc is not None:
+            return (f"score > tau_N = {tc:.4g} and score >= tau_alpha = {ta:.4g} (threshold = max(tau_N, tau_alpha) "
+                    f"= {thr:.4g})")
+        return f"score {'>' if by.startswith('calibrated') else '>='} threshold ({by}) = {thr:.4g}"
+
+    def _explanation(self, s: float, z: float, p: float, thr: float, w: bool, by: str,
+                     channel: tuple[str, float, float] | None) -> str:
+        """One text's explanation: the verdict, the rule that decided it with its numbers, the deciding
+        channel (name, p-value, z) and, when the p-value points the other way, why."""
+        verdict = "watermarked" if w else "not watermarked"
+        if self.threshold_source == "p-value":
+            text = (f"{verdict}: p-value {p:.3g} {'<=' if w else '>'} alpha {self.alpha:g} (the scheme has no "
+                    "closed-form threshold and no calibration was given)")
+        else:
+            text = (f"{verdict}: score {s:.4g} {'passes' if w else 'does not pass'} the threshold {thr:.4g} ({by} at "
+                    f"alpha {self.alpha:g}); p-value {p:.3g}")
+        if channel is not None:
+            name, pc, zc = channel
+            text += f"; deciding channel {name} (its p-value {pc:.3g}, z {zc:.3g})"
+        if self.threshold_source != "p-value" and (p <= self.alpha) != w:
+            parts = [f"p = {p:.3g} {'<=' if p <= self.alpha else '>'} alpha = {self.alpha:g} and z = {z:.3g}, but the "
+                     f"decision is the score rule"]
+            if by == "calibrated tau_N":
+                parts.append("the calibrated threshold, from this model's unwatermarked texts, is stricter than the "
+                             "analytic null the p-value assumes")
+            if "normal" in self.p_value_method.lower() or "phi" in self.p_value_method.lower():
+                parts.append(f"the p-value is a normal approximation ({self.p_value_method})")
+            if abs(s - z) > 1e-9 * max(1.0, abs(z)) and self.channels is None:
+                parts.append("the score is not z: it includes the scheme's norm penalty (paper eq. 18), which z and "
+                             "the p-value leave out")
+            text += ". " + "; ".join(parts)
+        return text
+
     def explain(self, i: int) -> dict[str, Any]:
-        """Which rule decided text ``i`` and, when score, z and p-value seem to disagree, why.
+        """Which rule decided text ``i``, with which numbers.
 
         The one rule (:meth:`Detector.decide`) is ``score > τ_N`` and ``score >= τ_α``, reported as
         threshold = max(τ_N, τ_α) (or ``p_value <= alpha`` for a scheme with neither). The p-value and z are
         reported alongside; they can point the other way when the calibrated τ_N is stricter than
         the analytic τ_α (the model's null scores are wider than the analytic null), when the score
         carries a norm penalty (paper eq. 18-19) that z does not, or when the p-value comes from a
-        normal approximation.
+        normal approximation; the explanation then says why. For a scheme combined from channels it
+        names the deciding channel (:meth:`deciding_channel`) with its p-value and z.
 
         Returns:
-            ``{"decided_by": ..., "rule": ..., "explanation": str | None}``.
+            ``{"decided_by": ..., "rule": ..., "explanation": str}`` (None for each when text ``i`` was not scored).
+
+        Raises:
+            IndexError: ``i`` outside [0, B).
         """
-        thr = float(self.threshold[i])
-        if self.threshold_source == "p-value":
-            return {"decided_by": "p-value", "rule": f"p_value <= alpha ({self.alpha:g}); the scheme has no closed-form "
-                    "threshold and no calibration was given", "explanation": None}
-        ta = None if self.tau_analytic is None else float(self.tau_analytic[i])
-        tc = None if self.tau_calibrated is None else float(self.tau_calibrated[i])
-        if tc is not None and (ta is None or tc >= ta):
-            by = "calibrated tau_N"
-        else:
-            by = "analytic tau_alpha"
-        if ta is not None and tc is not None:
-            rule = (f"score > tau_N = {tc:.4g} and score >= tau_alpha = {ta:.4g} (threshold = max(tau_N, tau_alpha) "
-                    f"= {thr:.4g})")
-        else:
-            rule = f"score {'>' if by.startswith('calibrated') else '>='} threshold ({by}) = {thr:.4g}"
-        s, p, z, w = float(self.score[i]), float(self.p_value[i]), float(self.z[i]), bool(self.is_watermarked[i])
-        why = None
-        if (p <= self.alpha) != w:
-            parts = [f"p = {p:.3g} {'<=' if p <= self.alpha else '>'} alpha = {self.alpha:g} and z = {z:.3g}, but the "
-                     f"decision is the score rule: score {s:.4g} {'passes' if w else 'does not pass'} {thr:.4g} ({by})"]
-            if by == "calibrated tau_N":
-                parts.append("the calibrated threshold, from this model's unwatermarked texts, is stricter than the "
-                             "analytic null the p-value assumes")
-            if "normal" in self.p_value_method.lower() or "phi" in self.p_value_method.lower():
-                parts.append(f"the p-value is a normal approximation ({self.p_value_method})")
-            if abs(s - z) > 1e-9 * max(1.0, abs(z)):
-                parts.append("the score is not z: it includes the scheme's norm penalty (paper eq. 18), which z and "
-                             "the p-value leave out")
-            why = "; ".join(parts)
-        return {"decided_by": by, "rule": rule, "explanation": why}
+        cols = self._slice(i).columns()
+        return {k: cols[k][0] for k in ("decided_by", "rule", "explanation")}
+
+    def _slice(self, i: int) -> "DetectionResult":
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"text {i} is outside the result's {len(self)} texts")
+        sl = slice(i % len(self), i % len(self) + 1)
+
+        def cut(t: "torch.Tensor | None") -> "torch.Tensor | None":
+            return None if t is None else t[sl]
+
+        return DetectionResult(
+            score=self.score[sl], z=self.z[sl], p_value=self.p_value[sl], threshold=self.threshold[sl],
+            is_watermarked=self.is_watermarked[sl], n_tokens=self.n_tokens[sl], threshold_source=self.threshold_source,
+            alpha=self.alpha, key_fingerprint=self.key_fingerprint, scheme=self.scheme, p_value_method=self.p_value_method,
+            errors=None if self.errors is None else self.errors[sl], tau_analytic=cut(self.tau_analytic),
+            tau_calibrated=cut(self.tau_calibrated), n_scored=cut(self.n_scored),
+            channels=None if self.channels is None else {k: (p[sl], z[sl]) for k, (p, z) in self.channels.items()})
 
     def to_records(self) -> list[dict[str, Any]]:
-        """One JSON-serialisable dict per text.
+        """One JSON-serialisable dict per text: the fields of :meth:`columns`, then the run's.
 
         Every record has ``status`` (``"ok"`` or ``"error"``); an unscored text has ``error`` (the
-        reason) and null statistics. Scored texts carry ``decided_by``/``rule``/``explanation``
-        (:meth:`explain`). ``provenance`` (when set) is copied into each record.
+        reason) and null statistics. The run's fields (``threshold_source``, ``alpha``,
+        ``key_fingerprint``, ``scheme``, ``p_value_method``) follow, and ``provenance`` (when set).
         """
-        out = []
-        ok = self.ok
-        for i in range(len(self)):
-            base = {"status": "ok" if ok[i] else "error", "threshold_source": self.threshold_source, "alpha": self.alpha,
-                    "key_fingerprint": self.key_fingerprint, "scheme": self.scheme, "p_value_method": self.p_value_method}
-            if ok[i]:
-                rec = {"score": float(self.score[i]), "z": float(self.z[i]), "p_value": float(self.p_value[i]),
-                       "threshold": float(self.threshold[i]), "is_watermarked": bool(self.is_watermarked[i]),
-                       "n_tokens": int(self.n_tokens[i]),
-                       "n_scored": None if self.n_scored is None else int(self.n_scored[i]), **base, **self.explain(i)}
-            else:
-                rec = {"score": None, "z": None, "p_value": None, "threshold": None, "is_watermarked": None,
-                       "n_tokens": int(self.n_tokens[i]), **base, "error": self.errors[i]}
-            if self.provenance:
-                rec["provenance"] = self.provenance
-            out.append(rec)
-        return out
+        cols = self.columns()
+        base = {"threshold_source": self.threshold_source, "alpha": self.alpha, "key_fingerprint": self.key_fingerprint,
+                "scheme": self.scheme, "p_value_method": self.p_value_method}
+        if self.provenance:
+            base["provenance"] = self.provenance
+        names = list(cols)
+        return [{**dict(zip(names, row)), **base} for row in zip(*cols.values())]
+
+    @staticmethod
+    def channel_column(stat: str, channel: str) -> str:
+        """The column of one channel's statistic: ``green_p_value``, ``keyed_sampling_z`` (``-`` → ``_``)."""
+        return f"{channel.replace('-', '_')}_{stat}"
 
     def columns(self) -> dict[str, list[Any]]:
-        """The per-text fields of :meth:`to_records` as columns, built from whole tensors: name → list of B values.
+        """The per-text fields as columns, built from whole tensors: name → list of B values.
 
-        Columns: ``status``, ``error``, ``score``, ``z``, ``p_value``, ``threshold``, ``is_watermarked``,
-        ``n_tokens``, ``n_scored``, ``decided_by``, ``explanation`` (each row equal to the record's field,
-        None where the record has none). Only the texts whose p-value and decision disagree go through
-        :meth:`explain` one by one (for their explanation).
+        Columns, in order:
+
+        * ``status`` (``ok``/``error``), ``is_watermarked``;
+        * ``score`` and ``threshold`` (the threshold applies to the score; None for a scheme decided by
+          its p-value), ``rule`` (the decision rule with its thresholds), ``decided_by`` (``analytic
+          tau_alpha``, ``calibrated tau_N`` or ``p-value``);
+        * ``p_value``: the scheme's p-value (for a scheme combined from channels, the combined one);
+          ``deciding_channel`` (:meth:`deciding_channel`; None for a scheme without channels);
+          ``z``: the standardised statistic (for a combined scheme, the deciding channel's z);
+        * for each channel C of a combined scheme, ``C_p_value`` and ``C_z`` (:meth:`channel_column`);
+        * ``n_tokens``, ``n_scored``, ``explanation`` (which rule decided, with which numbers), ``error``.
+
+        Statistics of an unscored text are None.
         """
         B = len(self)
         ok = self.ok.tolist() if self.errors is not None else [True] * B
@@ -150,32 +227,38 @@ class DetectionResult:
                 vals = [cast(v) for v in vals]
             return vals if every else [v if k else None for v, k in zip(vals, ok)]
 
+        by = self._decided_by()
+        score, z, p = col(self.score, float), col(self.z, float), col(self.p_value, float)
+        w = col(self.is_watermarked, bool)
+        thr = [None] * B if self.threshold_source == "p-value" else col(self.threshold, float)
+        ta, tc = col(self.tau_analytic, float), col(self.tau_calibrated, float)
+        deciding = self.deciding_channel()
+        per_channel: dict[str, list[Any]] = {}
+        chosen: list[Any] = [None] * B
+        if self.channels:
+            for name, (cp, cz) in self.channels.items():
+                per_channel[self.channel_column("p_value", name)] = col(cp.double().cpu(), float)
+                per_channel[self.channel_column("z", name)] = col(cz.double().cpu(), float)
+            chosen = [None if d is None else (d, per_channel[self.channel_column("p_value", d)][i],
+                                              per_channel[self.channel_column("z", d)][i])
+                      for i, d in enumerate(deciding)]
         cols: dict[str, list[Any]] = {
             "status": ["ok" if k else "error" for k in ok],
+            "is_watermarked": w,
+            "score": score,
+            "threshold": thr,
+            "rule": [self._rule(t, a, c, b) if k else None for t, a, c, b, k in zip(thr, ta, tc, by, ok)],
+            "decided_by": [b if k else None for b, k in zip(by, ok)],
+            "p_value": p,
+            "deciding_channel": list(deciding) if deciding is not None else [None] * B,
+            "z": z,
+            **per_channel,
+            "n_tokens": [int(v) for v in self.n_tokens.tolist()],
+            "n_scored": col(self.n_scored, int),
+            "explanation": [self._explanation(*row) if k else None
+                            for *row, k in zip(score, z, p, thr, w, by, chosen, ok)],
             "error": list(self.errors) if self.errors is not None else [None] * B,
-            "score": col(self.score, float), "z": col(self.z, float), "p_value": col(self.p_value, float),
-            "threshold": col(self.threshold, float), "is_watermarked": col(self.is_watermarked, bool),
-            "n_tokens": [int(v) for v in self.n_tokens.tolist()], "n_scored": col(self.n_scored, int),
         }
-        if self.threshold_source == "p-value":
-            by = ["p-value"] * B
-        else:
-            ta, tc = self.tau_analytic, self.tau_calibrated
-            if tc is None:
-                cal = [False] * B
-            elif ta is None:
-                cal = [True] * B
-            else:
-                cal = (tc.double() >= ta.double()).tolist()
-            by = ["calibrated tau_N" if c else "analytic tau_alpha" for c in cal]
-        cols["decided_by"] = [b if k else None for b, k in zip(by, ok)]
-        explanation: list[Any] = [None] * B
-        if self.threshold_source != "p-value":
-            disagree = (self.p_value.double() <= self.alpha) != self.is_watermarked.bool()  # (B,) bool
-            for i in disagree.nonzero().flatten().tolist():  # the disagreeing texts only
-                if ok[i]:
-                    explanation[i] = self.explain(i)["explanation"]
-        cols["explanation"] = explanation
         return cols
 
     @classmethod
@@ -207,4 +290,14 @@ class DetectionResult:
             alpha=first.alpha, key_fingerprint=first.key_fingerprint, scheme=first.scheme,
             p_value_method=next((p.p_value_method for p in parts if p.p_value_method), ""), errors=errors,
             tau_analytic=cat("tau_analytic"), tau_calibrated=cat("tau_calibrated"), provenance=first.provenance, n_scored=cat("n_scored"),
+            channels=_cat_channels(parts),
         )
+
+
+def _cat_channels(parts: "Sequence[DetectionResult]") -> dict[str, tuple[torch.Tensor, torch.Tensor]] | None:
+    """The parts' channels concatenated (None unless every part has the same channels)."""
+    names = [tuple(p.channels) if p.channels else None for p in parts]
+    if names[0] is None or any(n != names[0] for n in names):
+        return None
+    return {k: (torch.cat([p.channels[k][0] for p in parts]), torch.cat([p.channels[k][1] for p in parts]))
+            for k in names[0]}

@@ -17,6 +17,7 @@ __all__ = [
     "ModelFileError",
     "SketchwmWarning",
     "GreedyDecodingWarning",
+    "Interrupted",
 ]
 
 
@@ -66,3 +67,13 @@ class GreedyDecodingWarning(SketchwmWarning):
     """A watermark whose embedding cannot act at the sampler's temperature: a scheme that tilts the
     marginals, or replaces the sampling noise, run under greedy decoding (T = 0), where the argmax
     hides the tilt and no noise is drawn. The text is then (almost) unwatermarked."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (SIGINT) during a CLI command: raised by the handler :func:`sketchwm.cli.main` installs.
+
+    A subclass, not a bare :class:`KeyboardInterrupt`: CPython (3.11) remembers a bare
+    KeyboardInterrupt that crossed an ``exec`` of source text (as dataclasses and namedtuples do while
+    a module is imported) and, for ``python -m``, ends the process with SIGINT after it exited cleanly
+    with status 130. The check compares the exact type, so a subclass keeps the exit status.
+    """

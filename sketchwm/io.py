@@ -9,6 +9,7 @@ leaves the previous file untouched; at worst a stray ``.<name>.*.tmp`` file rema
 from __future__ import annotations
 
 import contextlib
+import io
 import itertools
 import json
 import os
@@ -164,26 +165,73 @@ def iter_record_chunks(path: str, chunk: int = 4096) -> Iterator[list[dict[str, 
             fh.close()
 
 
-#: ``--format`` of ``sketchwm detect``: ``auto`` detects by content (:func:`sniff_format`)
-INPUT_FORMATS = ("auto", "jsonl", "text", "parquet")
+#: ``--format`` of ``sketchwm detect``: ``auto`` tells the format by extension and content (:func:`input_format`)
+INPUT_FORMATS = ("auto", "jsonl", "csv", "tsv", "parquet", "text")
+#: extensions that name a format the content cannot show (a CSV/TSV file is also plain text)
+_TABLE_EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".tab": "tsv"}
 _BOM = b"\xef\xbb\xbf"
+FORMATS_HELP = ("JSONL (one object per line with a 'text' field; other fields kept), CSV or TSV (a header row with "
+                "a 'text' column, --text-column NAME for another; other columns kept), Parquet (a 'text' column; other "
+                "columns kept), or plain UTF-8 text (the whole input is one text)")
 
 
-def sniff_format(head: bytes) -> str:
-    """The format of an input from its first bytes: ``parquet`` (magic ``PAR1``), ``jsonl`` (the first
-    character that is not white space, after an optional UTF-8 byte-order mark, is ``{``), else ``text``."""
+def sniff_format(head: bytes, text_field: str = "text") -> str:
+    """The format of an input from its first bytes (at least its first line).
+
+    ``parquet`` (magic ``PAR1``); ``binary`` (a NUL byte in the first 64 KiB); ``jsonl``
+    (the first character that is not white space, after an optional UTF-8 byte-order mark, is
+    ``{``); ``tsv`` or ``csv`` (the first line, split on tabs or commas, has a column named
+    ``text_field``); ``table`` (the lines read as a delimited table without that column: the format
+    cannot be told); else ``text``.
+    """
     if head.startswith(b"PAR1"):
         return "parquet"
-    return "jsonl" if head.removeprefix(_BOM).lstrip().startswith(b"{") else "text"
+    body = head.removeprefix(_BOM)
+    if b"\0" in body[:1 << 16]:  # text of any 8-bit encoding has none; bytes that are not UTF-8 fail when decoded
+        return "binary"
+    stripped = body.lstrip()
+    if stripped.startswith(b"{"):
+        return "jsonl"
+    lines = stripped.decode("utf-8", "replace").splitlines()[:_TABLE_SAMPLE]
+    for fmt, sep in (("tsv", "\t"), ("csv", ",")):
+        if lines and sep in lines[0] and text_field in _fields(lines[0], sep):
+            return fmt
+    if any(_looks_like_table(lines, sep) for sep in ("\t", ",")):
+        return "table"
+    return "text"
 
 
-def input_format(path: str, fmt: str = "auto") -> str:
-    """``fmt``, or for ``auto`` the format of ``path`` by content (:func:`sniff_format` of its first
-    non-blank bytes; a directory: ``parquet`` when it holds ``*.parquet`` files, else ``jsonl``;
-    standard input: ``auto``, sniffed when read).
+_TABLE_SAMPLE = 20  # lines of an input sniffed for a table's shape
+
+
+def _fields(line: str, sep: str) -> list[str]:
+    import csv
+
+    try:
+        return [f.strip() for f in next(csv.reader([line], delimiter=sep))]
+    except (csv.Error, StopIteration):
+        return []
+
+
+def _looks_like_table(lines: list[str], sep: str) -> bool:
+    """Whether sampled lines read as a delimited table: a header of at least two column names (non-empty,
+    at most 3 words and 64 characters, not ending a sentence) and at least one more line, every
+    complete line split into as many fields as the header."""
+    rows = [_fields(ln, sep) for ln in (lines[:-1] if len(lines) > 2 else lines)]  # the last may be cut short
+    header = rows[0] if rows else []
+    names = all(0 < len(h) <= 64 and len(h.split()) <= 3 and not h.endswith((".", "!", "?")) for h in header)
+    return len(header) >= 2 and names and len(rows) >= 2 and all(len(r) == len(header) for r in rows[1:])
+
+
+def input_format(path: str, fmt: str = "auto", text_field: str = "text") -> str:
+    """``fmt``, or for ``auto`` the format of ``path``: ``csv``/``tsv`` by extension (``.csv``; ``.tsv``,
+    ``.tab``), else by content (:func:`sniff_format` of its first non-blank bytes); a directory:
+    ``parquet`` when it holds ``*.parquet`` files, else ``jsonl``; standard input: ``auto``, sniffed
+    when read.
 
     Raises:
-        InputError: an unknown format; a missing or unreadable path.
+        InputError: an unknown format; a missing or unreadable path; a binary file that is none of
+            the formats (:data:`FORMATS_HELP`).
     """
     if fmt not in INPUT_FORMATS:
         raise InputError(f"unknown input format {fmt!r}: use one of {', '.join(INPUT_FORMATS)}")
@@ -193,6 +241,8 @@ def input_format(path: str, fmt: str = "auto") -> str:
     if p.is_dir():
         return "parquet" if any(p.glob("*.parquet")) else "jsonl"
     p = _input_file(path)
+    if p.suffix.lower() in _TABLE_EXTENSIONS:
+        return _TABLE_EXTENSIONS[p.suffix.lower()]
     try:
         with open(p, "rb") as fh:
             head = b""
@@ -200,9 +250,24 @@ def input_format(path: str, fmt: str = "auto") -> str:
                 block = fh.read(1 << 16)
                 head += block
                 if not block or head.startswith(b"PAR1") or head.removeprefix(_BOM).strip():
-                    return sniff_format(head)
+                    break
+            if head.removeprefix(_BOM).strip() and head.lstrip().count(b"\n") < _TABLE_SAMPLE:
+                head += fh.read(1 << 16)  # the first lines, for a CSV header and a table's shape
     except OSError as exc:
         raise InputError(f"cannot read input file {p}: {exc.strerror or exc}") from None
+    found = sniff_format(head, text_field)
+    if found in ("binary", "table"):
+        raise _unknown_input(f"input file {p}", found, text_field)
+    return found
+
+
+def _unknown_input(where: str, found: str, text_field: str) -> InputError:
+    """The error for an input of no format sketchwm reads (``found``: ``binary`` or ``table``)."""
+    if found == "table":
+        return InputError(f"{where} looks like a CSV or TSV table without a column {text_field!r}: name the text column "
+                          f"with --text-column NAME (and --format csv or tsv), or pass --format text to read it as one text")
+    return InputError(f"{where} is binary data, or text that is not UTF-8 (it holds NUL bytes): convert text first, "
+                      f"e.g. with iconv -t UTF-8; sketchwm reads {FORMATS_HELP}")
 
 
 @dataclass
@@ -302,14 +367,17 @@ def iter_input_chunks(path: str, fmt: str = "auto", chunk: int = 4096, strict: b
     Formats (``fmt``): ``jsonl`` — one JSON object per line with a string ``text`` (other fields are
     kept), read line by line and parsed with orjson; ``text`` — the whole input is one text;
     ``parquet`` — a Parquet file with a string column ``text`` (other columns are kept), read one
-    row batch at a time; ``auto`` — :func:`sniff_format`. A UTF-8 byte-order mark is dropped. A JSONL
+    row batch at a time; ``csv``/``tsv`` — a header row naming a column ``text`` (other columns are
+    kept), read with pandas ``chunk`` rows at a time; ``auto`` — :func:`sniff_format`. ``text_field``
+    names the text column or field instead of ``text``. A UTF-8 byte-order mark is dropped. A JSONL
     record, or a Parquet row, without a string ``text`` is marked in :attr:`RecordChunk.errors`
     (with ``strict``: an error). Standard input (``-``) is read as a stream, except Parquet, which
     is read whole (the format needs random access).
 
     Raises:
-        InputError: missing, unreadable, empty or non-UTF-8 input; a JSONL line that is not JSON; a
-            Parquet file that cannot be read; with ``strict``, a record without a string ``text``.
+        InputError: missing, unreadable, empty or non-UTF-8 input; binary data (with ``auto``); a JSONL
+            line that is not JSON; a Parquet, CSV or TSV file that cannot be read; a CSV or TSV file
+            without the text column; with ``strict``, a record without a string ``text``.
     """
     if fmt not in INPUT_FORMATS:
         raise InputError(f"unknown input format {fmt!r}: use one of {', '.join(INPUT_FORMATS)}")
@@ -338,9 +406,17 @@ def iter_input_chunks(path: str, fmt: str = "auto", chunk: int = 4096, strict: b
                     head_lines.append(ln)
                     if ln.removeprefix(_BOM).strip() or ln.startswith(b"PAR1"):
                         break
-                fmt = sniff_format(b"".join(head_lines))
+                if head_lines and not head_lines[-1].startswith(b"PAR1") \
+                        and not head_lines[-1].removeprefix(_BOM).lstrip().startswith(b"{"):
+                    head_lines += itertools.islice(lines, _TABLE_SAMPLE - 1)  # a CSV header and a table's shape
+                fmt = sniff_format(b"".join(head_lines), text_field)
+                if fmt in ("binary", "table"):
+                    raise _unknown_input(where, fmt, text_field)
             if fmt == "parquet":
                 yield from _parquet_chunks(fh, head_lines, path, where, chunk, strict, text_field)
+                return
+            if fmt in ("csv", "tsv"):
+                yield from _table_chunks(fh, head_lines, path, where, fmt, chunk, strict, text_field)
                 return
             if fmt == "text":
                 data = b"".join(head_lines) + fh.read()
@@ -431,13 +507,90 @@ def _parquet_chunks(fh: Any, head: list[bytes], path: str, where: str, chunk: in
         raise InputError(f"{where}: cannot read Parquet row group ({_first_line(exc)})") from None
 
 
+def _table_chunks(fh: Any, head: list[bytes], path: str, where: str, fmt: str, chunk: int, strict: bool,
+                  text_field: str) -> Iterator[RecordChunk]:
+    """``chunk`` rows at a time of a CSV or TSV input (header row first) as :class:`RecordChunk` tables
+    (see :func:`iter_input_chunks`): every column kept, the text column as strings."""
+    import io as _io
+
+    import pandas as pd
+    import pyarrow as pa
+
+    src: Any = fh
+    if head:  # the sniffed lines come first
+        src = _io.BufferedReader(_ChainedReader(b"".join(head), fh))  # type: ignore[arg-type]
+    name = "CSV" if fmt == "csv" else "TSV"
+    try:
+        reader = pd.read_csv(src, sep="," if fmt == "csv" else "\t", chunksize=chunk, dtype={text_field: object},
+                             keep_default_na=False, na_values={text_field: []}, encoding="utf-8-sig")
+        start = 0
+        for df in reader:
+            if text_field not in df.columns:
+                cols = ", ".join(repr(str(c)) for c in df.columns)
+                raise InputError(f"{where} is {name} with columns {cols} but no column {text_field!r}: name the text "
+                                 f"column with --text-column NAME, or add a header row with {text_field!r}")
+            texts = [t if isinstance(t, str) else None for t in df[text_field].tolist()]
+            errors: list[str | None] = [None if t is not None else f"row {start + i + 1} has no string field {text_field!r}"
+                                        for i, t in enumerate(texts)]
+            if strict:
+                bad = next((e for e in errors if e is not None), None)
+                if bad is not None:
+                    raise InputError(f"{path}: {bad} (drop --strict to mark such records and detect the rest)")
+            yield RecordChunk(texts, errors, start, table=pa.Table.from_pandas(df, preserve_index=False))
+            start += len(df)
+        if start == 0:
+            raise InputError(f"input {path!r} has a header row but no records")
+    except InputError:
+        raise
+    except pd.errors.EmptyDataError:
+        raise InputError(f"input {path!r} is empty") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{where} is not UTF-8 text (byte {exc.start}): convert it first, e.g. with iconv -t UTF-8") from None
+    except (pd.errors.ParserError, ValueError, pa.ArrowException) as exc:
+        raise InputError(f"{where} is not readable as {name} ({_first_line(exc)}): check its quoting and delimiter, "
+                         f"or pass --format") from None
+
+
+class _ChainedReader(io.RawIOBase):
+    """A raw byte stream: ``first``, then the rest of ``fh`` (lines already read while sniffing)."""
+
+    def __init__(self, first: bytes, fh: Any) -> None:
+        self._first, self._fh = first, fh
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        if self._first:
+            n = min(len(b), len(self._first))
+            b[:n], self._first = self._first[:n], self._first[n:]
+            return n
+        data = self._fh.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
 
 def read_texts(path: str) -> list[str]:
-    """The ``text`` of each record of :func:`read_records`."""
-    return [r["text"] for r in read_records(path)]
+    """The ``text`` of each record: of :func:`read_records` for JSONL and plain text, of
+    :func:`iter_input_chunks` for CSV, TSV and Parquet (:func:`input_format` tells which).
+
+    Raises:
+        InputError: as :func:`read_records` and :func:`input_format`; a record without a string ``text``.
+    """
+    fmt = input_format(path)
+    if fmt not in ("csv", "tsv", "parquet"):
+        return [r["text"] for r in read_records(path)]
+    texts: list[str] = []
+    for chunk in iter_input_chunks(path, fmt):
+        bad = next((e for e in chunk.errors if e is not None), None)
+        if bad is not None:
+            raise InputError(f"{path}: {bad}: give every record a text")
+        texts += chunk.texts
+    return texts
 
 
 def read_lines(path: str) -> list[str]:

@@ -42,7 +42,7 @@ def test_generate_detect_round_trip_on_default_model(tmp_path, capsys):
     assert len(res) == 2 and all(r["p_value"] < 0.01 for r in res)
     assert all(r["key_fingerprint"] and len(r["key_fingerprint"]) == 16 for r in res)
     code, stdout, _ = run(["detect", "--key", str(k), "--input", str(out)], capsys)
-    assert code == 0 and "p-value" in stdout and len(stdout.splitlines()) == 4
+    assert code == 0 and "p-value" in stdout and len(stdout.splitlines()) == 5  # header, 2 texts, 2 lines of rule and key
 
 
 @pytest.mark.parametrize(

@@ -273,7 +273,9 @@ def test_explanation_when_p_value_and_decision_disagree():
         p_value_method="normal approximation 1-Phi(z)", tau_analytic=t(2.3, 2.3), tau_calibrated=t(4.0, 4.0))
     a, b = res.to_records()
     assert a["decided_by"] == "calibrated tau_N" and "stricter" in a["explanation"] and "normal approximation" in a["explanation"]
-    assert b["explanation"] is None and "max(tau_N, tau_alpha)" in b["rule"]
+    assert "max(tau_N, tau_alpha)" in b["rule"]
+    assert b["explanation"].startswith("watermarked: score 6 passes the threshold 4 (calibrated tau_N at alpha 0.01)")
+    assert "stricter" not in b["explanation"]  # p and decision agree: nothing to reconcile
 
 
 # ---------------------------------------------------------------- atomic writes, plugin listing

@@ -1,0 +1,190 @@
+"""What a new user meets (issue 39): every detection explains itself, inputs are read for what they are,
+a wrong key or calibration is named, and every error names a fix.
+
+The CLI runs in-process on the tiny random BERT (:mod:`cli_tiny`), with the default scheme where the
+test is about it (a combined scheme: sketch, green and keyed-sampling channels).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from cli_tiny import GEN_SMALL, keyfile, model_dir, run  # noqa: F401 - fixtures
+from sketchwm.detection_result import DetectionResult
+
+
+def backend_args(model_dir) -> list[str]:
+    return ["--backend", "hf-masked-lm", "--backend-params", json.dumps({"path": str(model_dir), "device": "cpu"})]
+
+
+@pytest.fixture(scope="module")
+def default_gen(tmp_path_factory, model_dir, keyfile):  # noqa: F811
+    """3 texts watermarked with the default scheme (the tiny model's prior is uniform: one warning)."""
+    from sketchwm.cli import main
+
+    out = tmp_path_factory.mktemp("default") / "gen.jsonl"
+    code = main(["generate", "--key", str(keyfile), "--prompt", "the water", "--prompt", "one day", "--prompt", "we can",
+                 "--out", str(out), *GEN_SMALL, *backend_args(model_dir)])
+    assert code == 0
+    return out
+
+
+# ---------------------------------------------------------------- detections explain themselves
+def test_detect_json_on_the_default_scheme_shows_each_channel_and_an_explanation(capsys, default_gen, model_dir, keyfile):  # noqa: F811
+    code, out, err = run(capsys, "detect", "--key", keyfile, "--input", default_gen, "--json", *backend_args(model_dir))
+    assert code == 0, err
+    recs = [json.loads(line) for line in out.splitlines()]
+    assert len(recs) == 3
+    for r in recs:
+        channels = {k[:-len("_p_value")] for k in r if k.endswith("_p_value")}
+        assert channels == {"sketch", "green", "keyed_sampling"}, sorted(r)
+        for c in channels:
+            assert 0.0 <= r[f"{c}_p_value"] <= 1.0 and r[f"{c}_z"] is not None
+        assert r["deciding_channel"] is not None and r["deciding_channel"].replace("-", "_") in channels
+        assert r["z"] == r[f"{r['deciding_channel'].replace('-', '_')}_z"]  # z belongs to the deciding channel
+        assert r["explanation"], r
+        verdict = "watermarked" if r["is_watermarked"] else "not watermarked"
+        assert r["explanation"].startswith(verdict + ":")
+        assert f"{r['threshold']:.4g}" in r["explanation"] and f"deciding channel {r['deciding_channel']}" in r["explanation"]
+
+
+def test_detect_table_puts_the_threshold_next_to_the_score(capsys, default_gen, model_dir, keyfile):  # noqa: F811
+    code, out, err = run(capsys, "detect", "--key", keyfile, "--input", default_gen, *backend_args(model_dir))
+    assert code == 0, err
+    head = out.splitlines()[0].split()
+    assert head[head.index("score") + 1] == "threshold" and head[head.index("threshold") + 1] == "decision"
+    assert head[-3:] == ["p-value", "channel", "z"]
+    assert "z: the deciding channel's" in out
+
+
+def _result(source: str, channels: bool = True, B: int = 6, seed: int = 3) -> DetectionResult:
+    g = torch.Generator().manual_seed(seed)
+    z1, z2 = torch.randn(B, generator=g, dtype=torch.float64) * 2, torch.randn(B, generator=g, dtype=torch.float64) * 2
+    p1, p2 = torch.rand(B, generator=g, dtype=torch.float64) * 0.05, torch.rand(B, generator=g, dtype=torch.float64)
+    pick = torch.rand(B, generator=g) < 0.5
+    p = torch.minimum(torch.ones(B, dtype=torch.float64), 2 * torch.minimum(p1, p2))
+    score = torch.randn(B, generator=g, dtype=torch.float64) * 3
+    thr = torch.full((B,), 2.326, dtype=torch.float64) if source != "p-value" else torch.full((B,), float("nan"))
+    flags = p <= 0.01 if source == "p-value" else score >= thr
+    errors = [None] * B
+    errors[2] = "text 2 is empty"
+    ok = torch.tensor([e is None for e in errors])
+    nan = torch.tensor(float("nan"), dtype=torch.float64)
+    return DetectionResult(
+        score=torch.where(ok, score, nan), z=torch.where(pick, z1, z2), p_value=torch.where(ok, p, nan), threshold=thr,
+        is_watermarked=flags & ok, n_tokens=torch.arange(B) + 20, threshold_source=source, alpha=0.01,
+        key_fingerprint="k", scheme="s", p_value_method="weighted Bonferroni", errors=errors,
+        tau_analytic=thr if source == "analytic" else None, n_scored=torch.arange(B),
+        channels={"sketch": (p1, z1), "keyed-sampling": (p2, z2)} if channels else None)
+
+
+@pytest.mark.parametrize("source", ["analytic", "p-value"])
+def test_records_and_columns_agree_and_every_scored_text_is_explained(source):
+    res = _result(source)
+    recs, cols = res.to_records(), res.columns()
+    assert [set(r) - {"threshold_source", "alpha", "key_fingerprint", "scheme", "p_value_method"} for r in recs] \
+        == [set(cols)] * len(res)
+    for name, values in cols.items():
+        assert [None if v != v else v for v in values] == [None if r[name] != r[name] else r[name] for r in recs], name
+    assert {"sketch_p_value", "sketch_z", "keyed_sampling_p_value", "keyed_sampling_z"} <= set(cols)
+    z1 = res.channels["sketch"][1]
+    expect = ["sketch" if bool(res.z[i] == z1[i]) else "keyed-sampling" for i in range(len(res))]
+    assert cols["deciding_channel"] == [None if i == 2 else c for i, c in enumerate(expect)]
+    for i, r in enumerate(recs):
+        if i == 2:
+            assert r["status"] == "error" and r["explanation"] is None and r["sketch_p_value"] is None
+            continue
+        assert r["explanation"] and f"deciding channel {expect[i]}" in r["explanation"]
+        assert res.explain(i)["explanation"] == r["explanation"]
+
+
+def test_a_p_value_decided_scheme_shows_its_rule_not_a_nan_threshold():
+    res = _result("p-value", channels=False)
+    for r in res.to_records():
+        if r["status"] != "ok":
+            continue
+        assert r["threshold"] is None and r["decided_by"] == "p-value" and "p_value <= alpha" in r["rule"]
+        assert f"p-value {r['p_value']:.3g} {'<=' if r['is_watermarked'] else '>'} alpha 0.01" in r["explanation"]
+    assert "nan" not in json.dumps(res.to_records()).lower()
+
+
+def test_a_channel_z_above_the_threshold_is_not_mistaken_for_the_score():
+    """The human-paragraph case: the deciding channel's z (2.36) exceeds Φ⁻¹(1 − α) = 2.326, the combined
+    score does not; the explanation puts the threshold next to the score it applies to."""
+    t = lambda *v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    res = DetectionResult(
+        score=t(1.95), z=t(2.36), p_value=t(0.0256), threshold=t(2.326), is_watermarked=torch.tensor([False]),
+        n_tokens=torch.tensor([431]), threshold_source="analytic", alpha=0.01, key_fingerprint="k", scheme="s",
+        p_value_method="weighted Bonferroni", tau_analytic=t(2.326), channels={"green": (t(0.0091), t(2.36)), "sketch": (t(0.4), t(0.2))})
+    r = res.to_records()[0]
+    assert r["deciding_channel"] == "green"
+    assert r["explanation"].startswith("not watermarked: score 1.95 does not pass the threshold 2.326")
+    assert "deciding channel green (its p-value 0.0091, z 2.36)" in r["explanation"]
+
+
+def test_concat_keeps_the_channels():
+    a, b = _result("analytic", seed=1), _result("analytic", seed=2)
+    both = DetectionResult.concat([a, b])
+    assert torch.equal(both.channels["sketch"][0], torch.cat([a.channels["sketch"][0], b.channels["sketch"][0]]))
+    assert both.deciding_channel() == a.deciding_channel() + b.deciding_channel()
+
+
+# ---------------------------------------------------------------- inputs read for what they are
+def _write_csv(path, header, rows, sep=","):
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh, delimiter=sep)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+def test_csv_with_a_text_column_gives_one_row_per_record_with_its_columns_kept(tmp_path, capsys, default_gen, model_dir, keyfile):  # noqa: F811
+    texts = [json.loads(x)["text"] for x in default_gen.read_text().splitlines()]
+    src = _write_csv(tmp_path / "texts.csv", ["id", "text", "source"], [[i + 10, t, f"s{i}"] for i, t in enumerate(texts)])
+    code, out, err = run(capsys, "detect", "--key", keyfile, "--input", src, "--json", *backend_args(model_dir))
+    assert code == 0, err
+    rows = [json.loads(x) for x in out.splitlines()]
+    assert [r["index"] for r in rows] == [0, 1, 2] and all(r["status"] == "ok" for r in rows)
+    dst = tmp_path / "out.jsonl"
+    code, _, err = run(capsys, "detect", "--key", keyfile, "--input", src, "--out", dst, *backend_args(model_dir))
+    assert code == 0, err
+    recs = [json.loads(x) for x in dst.read_text().splitlines()]
+    assert [(r["id"], r["text"], r["source"]) for r in recs] == [(i + 10, t, f"s{i}") for i, t in enumerate(texts)]
+    assert [r["score"] for r in recs] == [r["score"] for r in rows]
+    # the same table as TSV, without an extension, with the text under another name
+    tsv = _write_csv(tmp_path / "texts", ["id", "body"], [[i, t] for i, t in enumerate(texts)], sep="\t")
+    code, out, err = run(capsys, "detect", "--key", keyfile, "--input", tsv, "--text-column", "body", "--json",
+                         *backend_args(model_dir))
+    assert code == 0, err
+    assert [json.loads(x)["score"] for x in out.splitlines()] == [r["score"] for r in rows]
+
+
+@pytest.mark.parametrize("name", ["no-text.csv", "no-text-table"])
+def test_a_table_without_the_text_column_is_one_error_line(tmp_path, capsys, name, keyfile):  # noqa: F811
+    src = _write_csv(tmp_path / name, ["id", "body", "label"], [[1, "some words here", "a"], [2, "more words", "b"]])
+    code, out, err = run(capsys, "detect", "--key", keyfile, "--input", src)
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sketchwm: error: ") and "'text'" in lines[0]
+    assert "--text-column" in lines[0]
+
+
+def test_a_binary_file_is_one_error_line(tmp_path, capsys, keyfile):  # noqa: F811
+    src = tmp_path / "blob.bin"
+    src.write_bytes(bytes(range(256)) * 8)
+    code, out, err = run(capsys, "detect", "--key", keyfile, "--input", src)
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1 and "binary" in lines[0] and "iconv" in lines[0]
+
+
+def test_detect_help_lists_the_input_formats(capsys):
+    code, out, _ = run(capsys, "detect", "--help")
+    assert code == 0
+    out = " ".join(out.split())
+    for fmt in ("JSONL", "CSV", "TSV", "Parquet", "plain UTF-8 text", "--text-column"):
+        assert fmt in out, fmt
