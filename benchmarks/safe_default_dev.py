@@ -4,8 +4,8 @@ Candidates (``CANDIDATES``): the three-channel default ``global-sketch-green`` (
 same without keyed sampling (``gsg-free``), ``keyed-family`` over ``gsg-free`` with K = 8 and 16
 members (``family8-free``, ``family16-free``) and ``global-sketch-family`` (``sketch-family16``).
 Every text is written by the shipped default model from the prompts of ``prompts-development`` (the
-prompts ``sketchwm scorecard`` never reads); keys derive from fixed labels by SHA-256 and are never
-printed.
+prompts ``sketchwm scorecard`` never reads); keys come from :func:`sketchwm.bench.seeds.bench_key`
+and are never printed.
 
 Stages (``--stages``; texts are cached as JSONL under ``--cache`` and reused, so stages compose):
 
@@ -64,11 +64,18 @@ REGIMES = {
 ALPHA = 0.01
 
 
-def key(label: str):
-    """The benchmark's key for ``label`` (SHA-256 of a fixed string; never printed)."""
-    from sketchwm.keys import WatermarkKey
+#: the public seed of the run's keys (:func:`sketchwm.bench.seeds.bench_key`)
+KEY_SEED = "safe-default-dev"
 
-    return WatermarkKey(hashlib.sha256(f"safe-default-dev/{label}".encode()).digest())
+
+def key(label: str):
+    """The key for ``label`` (never printed): ``victim`` is the run's key 0, ``unrelated`` its unrelated
+    key 0, ``null/i`` the run's key 1 + i (:func:`sketchwm.bench.seeds.bench_key`)."""
+    from sketchwm.bench.seeds import bench_key
+
+    if label == "unrelated":
+        return bench_key(KEY_SEED, "unrelated-key", 0)
+    return bench_key(KEY_SEED, "key", 0 if label == "victim" else 1 + int(label.split("/")[1]))
 
 
 def dev_prompts() -> list[str]:
