@@ -86,6 +86,7 @@ def test_stealing_section_on_the_page(stealing_run):
     assert "## Stealing: spoof rate vs N" in md and "stealing-spoof-vs-n.png" in md
     page = (board / "index.html").read_text()
     assert 'id="stealing-vs-n"' in page and 'id="plot-stealing-spoof-vs-n"' in page
+    assert "| spoof rate |" in md  # the ranking's worst spoof rate at the largest N
     assert (board / "stealing-spoof-vs-n.png").stat().st_size > 1000
     rows = pd.read_csv(board / "stealing.csv")
     assert len(rows) == 2 * 3 * 2  # schemes × thieves × N

@@ -112,3 +112,25 @@ def test_the_default_watermark_under_the_regime(builtin_registry, tiny):
     r_wm, r_plain = wm.detect_ids(marked.token_lists()), wm.detect_ids(plain.token_lists())
     assert float(r_wm.p_value.median()) < 1e-3
     assert float(r_plain.p_value.median()) > 0.05
+
+
+def test_the_regime_runs_in_the_harness(tmp_path):
+    """A bench grid in the named regime: its sampler reaches the engine (the rule and its threshold,
+    steps capped at the length) and the default and a baseline get clean cells there."""
+    from sketchwm.bench.config import BenchConfig
+    from sketchwm.bench.results import read_results
+    from sketchwm.bench.runner import RunContext, run_bench
+
+    cfg = BenchConfig.model_validate({
+        "name": "fast", "backends": [{"name": "tiny"}], "regimes": ["fastdllm-blocks-t0.5-c0.9"],
+        "schemes": [{"name": DEFAULT_SCHEME}, {"name": "red-green-dlm"}], "lengths": [32],
+        "prompt_sets": [{"name": "w", "source": "tiny", "n": 4}], "keys": 1, "n_null_cal": 99, "n_null_fpr": 20,
+        "attacks": [], "tokens_step": 0, "batch_size": 64, "metrics": ["tpr@1%fpr"]})
+    sampler = RunContext(cfg).sampler_config(0, 32, 0)
+    assert (sampler["remasking"], sampler["remasking_params"], sampler["steps"], sampler["block_length"]) == (
+        "confidence_threshold", {"threshold": 0.9}, 32, 32)
+    assert run_bench(cfg, tmp_path, progress=False)["ran"] == 2
+    df = read_results(tmp_path)
+    text = df[df["row_type"] == "text"]
+    assert set(text["regime"]) == {"fastdllm-blocks-t0.5-c0.9"}
+    assert set(text["scheme"]) == {DEFAULT_SCHEME, "red-green-dlm"} and (text["n_tokens"] > 0).all()

@@ -1,0 +1,53 @@
+"""The first screen's ranking (:mod:`sketchwm.bench.ranking`) on hand-made curves: the stated rule orders
+the rows, overlapping intervals form tie groups with a sentence on what would separate them, schemes
+never detected share one group, schemes the rule gives no figure are not ranked."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from sketchwm.bench.matched import Curve, Estimate, Point
+from sketchwm.bench.ranking import rankings, ranking_md, which_to_use
+
+NAN = float("nan")
+
+
+def _curve(name: str, ttd: Estimate, logppl: float = 2.0, tpr: float = 0.9, regime: str = "r") -> Curve:
+    stats = {"tpr": Estimate(tpr, tpr - 0.1, min(1.0, tpr + 0.1), n=24), "kl": Estimate(0.1, 0.09, 0.11),
+             "ttd": ttd, "logppl": Estimate(logppl, logppl - 0.1, logppl + 0.1), "diversity": Estimate(0.8, 0.7, 0.9),
+             "pmin": Estimate(1e-6, NAN, NAN)}
+    return Curve(regime, name, "", [Point(name, NAN, True, stats)], min_tokens=8)
+
+
+def _rows() -> pd.DataFrame:
+    return pd.DataFrame({"row_type": ["summary"], "cell_kind": ["clean"], "metric": ["detect-throughput"],
+                         "regime": ["r"], "scheme": ["a"], "value": [2.5e6]})
+
+
+def test_groups_ties_and_unranked_rows():
+    cs = [_curve("c", Estimate(40, 36, 44, n=24)), _curve("b", Estimate(24, 18, 34, n=24)),
+          _curve("a", Estimate(16, 12, 20, n=24)), _curve("d", Estimate(math.inf, math.inf, math.inf, n=24)),
+          _curve("e", Estimate(20, 16, 24, n=24), logppl=3.0),  # log-PPL +50%: no setting within 10%
+          _curve("f", Estimate(math.inf, math.inf, math.inf, n=24), tpr=0.5)]
+    refs = {"r": {"logppl": Estimate(2.0, 1.9, 2.1)}}
+    (r,) = rankings(_rows(), cs, refs)
+    assert [(x.scheme, x.group) for x in r.rows] == [("a", 1), ("b", 1), ("c", 2), ("d", 3), ("f", 3), ("e", None)]
+    assert r.rows[0].figures["detect tokens/s"] == 2.5e6
+    assert r.ties == ["a and b would separate at about 2.2× the texts per setting (about 54 instead of 24), "
+                      "if the difference of 8 holds"]
+    md = ranking_md([r])
+    assert "| 1= | a |" in md and "| 3= | d |" in md and "| – | e |" in md
+    assert "inf (median text not detected)" in md and "n/a (no setting within +10% log-PPL)" in md
+    advice = which_to_use([r], "a")
+    assert advice.startswith("**r**: a = b (16 [12, 20] tokens to detect, tied)") and "group 1" in advice
+    assert "is not on this board" in which_to_use([r], "zz")
+
+
+def test_a_floor_tie_and_the_rule_without_an_oracle():
+    cs = [_curve("a", Estimate(8, 8, 12, n=24)), _curve("b", Estimate(8, 8, 8, n=24))]
+    (r,) = rankings(_rows(), cs, {"r": {"logppl": Estimate(2.0, 1.9, 2.1)}})
+    assert "detector's minimum of 8 tokens" in r.ties[0]
+    (r,) = rankings(_rows(), cs, {"r": {}})  # no oracle: TPR at equal KL ranks, higher first
+    assert r.higher and r.key.startswith("TPR") and "no oracle" in r.rule
