@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -173,12 +173,14 @@ class Watermarker:
         seed: int = 0,
         watermark: bool = True,
         batch_size: int = 16,
-        progress: bool = False,
+        progress: bool | Callable[[int], None] = False,
         **sampler_overrides: Any,
     ) -> GenerationOutput:
         """Generate one text per prompt (in batches), watermarked unless ``watermark=False``.
 
-        Same seed, key and configuration give identical texts.
+        Same seed, key and configuration give identical texts. ``progress``: True shows a tqdm bar
+        over texts; a callable is called after each denoising step with the texts of the batch (so
+        the calls sum to texts × steps).
 
         Raises:
             InputError: no prompts. ConfigError: bad sampler settings.
@@ -191,13 +193,17 @@ class Watermarker:
         gen = torch.Generator(device=self.backend.device).manual_seed(int(seed))
         outs = []
         bar = None
-        if progress:
+        if progress is True:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=len(prompts), desc="generating" + (" (watermarked)" if watermark else ""), unit="text")
         try:
             for i in range(0, len(prompts), batch_size):
-                outs.append(sampler.generate(list(prompts[i : i + batch_size]), gen))
+                batch = list(prompts[i : i + batch_size])
+                if callable(progress):
+                    outs.append(sampler.generate(batch, gen, progress=lambda k, n=len(batch): progress(k * n)))
+                else:
+                    outs.append(sampler.generate(batch, gen))
                 if bar is not None:
                     bar.update(len(outs[-1].texts))
         finally:

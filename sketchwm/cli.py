@@ -181,6 +181,8 @@ def cmd_detect(args: argparse.Namespace) -> int:
     calibration = Calibration.load(args.calibration) if args.calibration else None
     run = {"config_source": cfg_source, "calibration": args.calibration, "created": _now()}
     _check_tokenizer(first, wm)
+    seen_keys: set[str] = set()
+    _check_key(first, key.fingerprint, args.strict, seen_keys)
     if args.executor == "ray":
         _resume_gc()
         return _detect_ray(args, key, wm, calibration, run, fmt)
@@ -198,6 +200,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
                                      "detect each group separately, or pass --config FILE to use one configuration for all")
             if c.start > 0:
                 _check_tokenizer(c, wm)
+                _check_key(c, key.fingerprint, args.strict, seen_keys)
             yield c
 
     from .corpus import ResultWriter, detection_columns, iter_results
@@ -332,6 +335,33 @@ def _check_tokenizer(chunk: Any, wm: Any) -> None:
             f"the input was generated with tokenizer {', '.join(sorted(recorded))}, but the detector's backend uses "
             f"tokenizer {wm.backend.tokenizer_fingerprint}: pass the generating --backend"
         )
+
+
+def _check_key(chunk: Any, fingerprint: str, strict: bool, seen: set[str]) -> None:
+    """Warn (once per other key) when watermarked input records name another key than the one in use.
+
+    A record's key is its ``key_fingerprint`` (or its provenance's); records marked ``watermarked:
+    false`` are left out (their key did not act).
+
+    Raises:
+        InputError: with ``strict``, a record of another key.
+    """
+    import warnings
+
+    from .errors import SketchwmWarning
+
+    for r in chunk.meta():
+        prov = r.get("provenance") if isinstance(r.get("provenance"), dict) else {}
+        fp = r.get("key_fingerprint", prov.get("key_fingerprint"))
+        if not isinstance(fp, str) or fp == fingerprint or fp in seen \
+                or r.get("watermarked", prov.get("watermarked")) is False:
+            continue
+        seen.add(fp)
+        msg = (f"the input records were generated with key {fp}, but this detection uses key {fingerprint}: "
+               "pass the generating key with --key")
+        if strict:
+            raise InputError(msg + " (or drop --strict to detect anyway)")
+        warnings.warn(msg + " (--strict makes this an error)", SketchwmWarning, stacklevel=2)
 
 
 def _detect_ray(args: argparse.Namespace, key: Any, wm: Any, calibration: Any, run: dict[str, Any], fmt: str) -> int:
@@ -512,13 +542,14 @@ def build_parser(argv: Sequence[str] | None = None, plugins: Sequence[Any] = ())
     pl.add_argument("--json", action="store_true", help="print the listing as JSON")
     pl.add_argument("--no-cache", action="store_true", help="import every plugin instead of reading the cached listing")
 
-    dm = add("demo", cmd_demo, "; default: the public demo key",
+    dm = add("demo", cmd_demo, "; default: a fresh random key per run (the public demo key with --seed)",
              help="the main job: generate, calibrate, detect, print TPR/FPR")
     dm.add_argument("--n-prompts", type=positive_int, default=20, help="watermarked/unwatermarked prompt pairs (default 20)")
     dm.add_argument("--n-null", type=positive_int, default=200, help="unwatermarked samples for calibration (default 200)")
     dm.add_argument("--gen-length", type=positive_int, default=128, help="tokens per sample (default 128)")
     _add_alpha_arg(dm)
-    dm.add_argument("--seed", type=nonneg_int, default=0, help="seed of the sampler (default 0)")
+    dm.add_argument("--seed", type=nonneg_int, help="seed of the sampler (default 0); without --key it also selects "
+                                                    "the public demo key, so the run is reproducible")
     dm.add_argument("--json", action="store_true", help="print the figures as one JSON object on the last line")
     dm.add_argument("--quiet", action="store_true", help="no progress bar")
     add_config_args(dm)

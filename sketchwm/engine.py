@@ -33,7 +33,7 @@ from __future__ import annotations
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import torch
 from pydantic import Field, model_validator
@@ -497,7 +497,7 @@ class MaskedDiffusionSampler:
         self,
         prompts: Sequence[str] | Sequence[Sequence[int]],
         generator: torch.Generator | None = None,
-        progress: bool = False,
+        progress: bool | Callable[[int], None] = False,
     ) -> GenerationOutput:
         """Generate one sample per prompt (LLaDA's semi-autoregressive sampler, module doc).
 
@@ -505,7 +505,8 @@ class MaskedDiffusionSampler:
             prompts: B prompt strings, or B lists of token ids (may be empty strings/lists).
             generator: explicit randomness (seeded ``torch.Generator`` on the backend's device);
                 None makes a fresh generator seeded with 0, so calls are reproducible.
-            progress: show a tqdm bar over steps.
+            progress: True shows a tqdm bar over steps; a callable is called with 1 after each
+                denoising step (e.g. a caller's bar's ``update``).
 
         Returns:
             :class:`GenerationOutput`.
@@ -522,7 +523,8 @@ class MaskedDiffusionSampler:
         block_steps = cfg.steps // (G // L)
         positions = torch.arange(G, device=canvas.tokens.device)
         step = 0
-        bar = _progress_bar(cfg.steps) if progress else None
+        bar = _progress_bar(cfg.steps) if progress is True else None
+        tick = bar.update if bar is not None else (progress if callable(progress) else None)
         for b0 in range(0, G, L):
             block = (b0, b0 + L)
             in_block = (positions >= b0) & (positions < b0 + L)  # (G,)
@@ -541,8 +543,8 @@ class MaskedDiffusionSampler:
                     priority = self._order_priority(state, logits, scaled, x0)  # (B, K) or None
                     canvas.commit(targets, x0, self.remasking.choose(logits, scaled, x0, valid, k, priority))
                 step += 1
-            if bar is not None:
-                bar.update(block_steps)
+                if tick is not None:
+                    tick(1)
         if bar is not None:
             bar.close()
         return self._output(canvas, prompt_texts)

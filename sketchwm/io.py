@@ -294,12 +294,13 @@ class RecordChunk:
 
     def meta(self) -> list[dict[str, Any]]:
         """Per record, the fields that say how it was generated (``provenance``, ``config``,
-        ``tokenizer``), as dicts; a JSON string ``provenance`` (a Parquet column) is parsed."""
+        ``tokenizer``, ``key_fingerprint``, ``watermarked``), as dicts; a JSON string ``provenance`` (a Parquet column) is parsed."""
         if self._meta is None:
             if self.records is not None:
                 self._meta = self.records
             else:
-                cols = {c: self.table.column(c).to_pylist() for c in ("provenance", "config", "tokenizer")
+                cols = {c: self.table.column(c).to_pylist()
+                        for c in ("provenance", "config", "tokenizer", "key_fingerprint", "watermarked")
                         if c in self.table.column_names}
                 rows = [dict(zip(cols, vals)) for vals in zip(*cols.values())] if cols else [{} for _ in self.texts]
                 for r in rows:

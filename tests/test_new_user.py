@@ -188,3 +188,86 @@ def test_detect_help_lists_the_input_formats(capsys):
     out = " ".join(out.split())
     for fmt in ("JSONL", "CSV", "TSV", "Parquet", "plain UTF-8 text", "--text-column"):
         assert fmt in out, fmt
+
+
+# ---------------------------------------------------------------- a wrong key is named
+@pytest.fixture(scope="module")
+def other_key(tmp_path_factory):
+    from sketchwm.cli import main
+
+    k = tmp_path_factory.mktemp("other") / "other.key"
+    assert main(["keygen", "--out", str(k)]) == 0
+    return k
+
+
+def test_records_of_another_key_print_one_warning_naming_both_fingerprints(capsys, default_gen, model_dir, keyfile,  # noqa: F811
+                                                                            other_key):
+    from sketchwm.keys import WatermarkKey
+
+    mine, theirs = WatermarkKey.from_file(other_key), WatermarkKey.from_file(keyfile)
+    code, out, err = run(capsys, "detect", "--key", other_key, "--input", default_gen, *backend_args(model_dir))
+    assert code == 0, err
+    warned = [ln for ln in err.splitlines() if ln.startswith("sketchwm: warning:") and "key" in ln and "--key" in ln]
+    assert len(warned) == 1, err
+    assert theirs.fingerprint in warned[0] and mine.fingerprint in warned[0]
+    assert mine.secret.hex() not in err and theirs.secret.hex() not in err
+    code, out, err = run(capsys, "detect", "--key", keyfile, "--input", default_gen, *backend_args(model_dir))
+    assert code == 0 and "generated with key" not in err  # the right key: no warning
+
+
+def test_strict_makes_another_key_an_error(capsys, default_gen, model_dir, other_key):
+    code, out, err = run(capsys, "detect", "--key", other_key, "--input", default_gen, "--strict", *backend_args(model_dir))
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and lines[-1].startswith("sketchwm: error: the input records were generated with key")
+    assert "--key" in lines[-1]
+
+
+# ---------------------------------------------------------------- the demo
+def test_the_demo_draws_a_fresh_key_per_run_unless_given_a_key_or_seed():
+    from sketchwm.demo import DEMO_KEY, demo_key
+    from sketchwm.keys import WatermarkKey
+
+    (a, how_a), (b, _) = demo_key(None, None), demo_key(None, None)
+    assert a.fingerprint != b.fingerprint and how_a == "a fresh random key"
+    assert demo_key(None, 7) == (DEMO_KEY, "the public demo key")
+    mine = WatermarkKey.generate()
+    assert demo_key(mine, 7) == (mine, "the given key")
+
+
+def test_clopper_pearson_matches_the_beta_quantiles():
+    from scipy.stats import binomtest
+
+    from sketchwm.demo import clopper_pearson
+
+    for k, n in [(0, 20), (1, 20), (19, 20), (20, 20), (7, 13)]:
+        ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
+        assert clopper_pearson(k, n) == pytest.approx((ci.low, ci.high), abs=1e-9)
+    assert clopper_pearson(1, 20)[1] > 0.2  # one false flag in 20 cannot rule out a rate of 20%
+
+
+def test_the_demo_table_names_the_model_the_key_and_what_20_texts_show():
+    from sketchwm.demo import SHIPPED_MODEL, clopper_pearson, format_table
+
+    res = {"alpha": 0.01, "n_prompts": 20, "n_null": 200, "gen_length": 128, "scheme": "s", "backend": "default:x",
+           "shipped_model": True, "key_fingerprint": "ab" * 8, "key_source": "a fresh random key",
+           "median_tokens_watermarked": 120, "n_detected_watermarked": 19, "n_detected_unwatermarked": 1,
+           "tpr_interval": clopper_pearson(19, 20), "fpr_interval": clopper_pearson(1, 20), "tpr_analytic": 0.95,
+           "fpr_analytic": 0.0, "median_z_watermarked": 6.0, "median_z_unwatermarked": 0.1, "median_p_watermarked": 1e-9,
+           "median_p_unwatermarked": 0.4, "example_watermarked": "x"}
+    table = format_table(res)
+    assert SHIPPED_MODEL in table and "4.8 M-parameter" in table and "a fresh random key" in table
+    assert "1 of 20" in table and "[0.00, 0.25]" in table and "20 texts per side cannot measure" in table
+    assert SHIPPED_MODEL not in format_table({**res, "shipped_model": False})
+
+
+def test_the_shipped_model_has_the_parameter_count_the_demo_states():
+    import math
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    from sketchwm.default_model import MODEL_DIR
+
+    with safe_open(str(Path(MODEL_DIR) / "model.safetensors"), "pt") as f:
+        n = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    assert round(n / 1e6, 1) == 4.8
