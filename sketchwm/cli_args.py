@@ -64,10 +64,11 @@ probability = _bounded("probability", finite_float, lambda v: 0 < v < 1, "in (0,
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors: ``sketchwm <cmd>: error: <problem> (see sketchwm <cmd> --help)``."""
+    """argparse with the CLI's one-line errors: ``sketchwm: error: <problem>: see `sketchwm <cmd> --help```
+    (for the sub-commands' parsers too)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(2, f"{self.prog.split()[0]}: error: {message}: see `{self.prog} --help`\n")
 
 
 # ---------------------------------------------------------------- shared options

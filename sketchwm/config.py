@@ -66,6 +66,8 @@ def validate_params(model: type[M], params: "dict[str, Any] | M | None", where: 
             loc = ".".join(str(p) for p in err["loc"]) or "<root>"
             if err["type"] == "extra_forbidden":
                 problems.append(f"unknown field '{loc}'")
+            elif err["type"] == "value_error" and not err["loc"]:  # a model validator's own message names its fields
+                problems.append(str(err["msg"]).removeprefix("Value error, "))
             else:
                 problems.append(f"{loc}: {err['msg']}")
         raise ConfigError(f"invalid config for {where}: " + "; ".join(problems)) from None

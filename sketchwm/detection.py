@@ -452,7 +452,13 @@ def calibrate(
         raise CalibrationError(f"alpha must be in [1e-12, 1) to calibrate, got {alpha}")
     need = conformal_min_size(alpha)
     if len(id_lists) < need:
-        raise CalibrationError(f"calibrating at alpha={alpha} needs at least {need} unwatermarked texts, got {len(id_lists)}")
+        have = len(id_lists)
+        raise CalibrationError(
+            f"calibrating at alpha={alpha:g} needs at least {need} unwatermarked texts, got {have}"
+            + (f" ({n_skipped} more could not be scored)" if n_skipped else "")
+            + f": give at least {need} texts (sketchwm calibrate --input FILE), or leave out --input to sample them from "
+            f"the model (--n-samples {max(need, 200)})"
+            + (f", or calibrate at alpha >= {1 / (have + 1):.3g}" if have else ""))
     res = detector.detect_ids(id_lists)
     bins = calibrated_bins(res.score, torch.tensor([len(x) for x in id_lists]), alpha, bin_edges, min_per_bin)
     return Calibration(

@@ -103,12 +103,17 @@ class SamplerConfig(StrictModel):
     @model_validator(mode="after")
     def _check(self) -> "SamplerConfig":
         if self.gen_length % self.block_length:
-            raise ValueError(f"gen_length ({self.gen_length}) must be a multiple of block_length ({self.block_length})")
+            raise ValueError(f"gen_length ({self.gen_length}) must be a multiple of block_length ({self.block_length}): "
+                             f"use a multiple of {self.block_length}, or set block_length (--block-length) to a "
+                             f"divisor of {self.gen_length}")
         n_blocks = self.gen_length // self.block_length
         if self.steps % n_blocks:
-            raise ValueError(f"steps ({self.steps}) must be a multiple of the number of blocks ({n_blocks})")
+            raise ValueError(f"steps ({self.steps}) must be a multiple of the number of blocks ({n_blocks} = gen_length "
+                             f"{self.gen_length} / block_length {self.block_length}): use a multiple of {n_blocks} "
+                             "(--steps), or a longer block_length")
         if self.steps > self.gen_length:
-            raise ValueError(f"steps ({self.steps}) must be <= gen_length ({self.gen_length})")
+            raise ValueError(f"steps ({self.steps}) must be <= gen_length ({self.gen_length}): lower steps (--steps) or "
+                             "raise gen_length (--gen-length)")
         if isinstance(self.marginal_refresh, int) and self.marginal_refresh < 1:
             raise ValueError(
                 f"marginal_refresh must be >= 1, 'block', 'block-all', 'once' or 'auto', got {self.marginal_refresh}")

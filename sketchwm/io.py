@@ -99,8 +99,8 @@ def _parse_jsonl(lines: list[str], path: str, fields: tuple[str, ...], numbers: 
         try:
             rec = json.loads(ln)
         except (json.JSONDecodeError, RecursionError) as exc:
-            msg = getattr(exc, "msg", "nested too deeply")
-            raise InputError(f"{path}: line {i} is not valid JSON ({msg}); is the file truncated?") from None
+            raise InputError(f"{path}: line {i} is not valid JSON ({_json_reason(exc)}): fix or remove that line "
+                             "(a truncated file ends in such a line)") from None
         if not isinstance(rec, dict) or not any(isinstance(rec.get(f), str) for f in fields):
             raise InputError(f"{path}: line {i} has no string field {' or '.join(repr(f) for f in fields)}")
         out.append(rec)
@@ -314,6 +314,16 @@ class RecordChunk:
         return self._meta
 
 
+def _json_reason(exc: BaseException) -> str:
+    """Why a line is not JSON, with the column: ``Invalid control character at column 12``."""
+    if isinstance(exc, json.JSONDecodeError):
+        where = f"column {exc.colno}" if exc.lineno == 1 else f"line {exc.lineno} column {exc.colno} of it"
+        return f"{exc.msg.removesuffix(' at')} at {where}"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return _first_line(exc)
+
+
 def _loads(line: bytes) -> Any:
     """One JSON value: orjson, or the standard parser for what orjson refuses (NaN, huge integers).
 
@@ -345,8 +355,8 @@ def _parse_chunk(lines: list[bytes], numbers: list[int], start: int, path: str, 
             except UnicodeDecodeError as u:
                 raise InputError(f"{path}: line {no} is not UTF-8 text (byte {u.start} of it): convert it first, "
                                  "e.g. with iconv -t UTF-8") from None
-            msg = getattr(exc, "msg", None) or "nested too deeply"
-            raise InputError(f"{path}: line {no} is not valid JSON ({msg}); is the file truncated?") from None
+            raise InputError(f"{path}: line {no} is not valid JSON ({_json_reason(exc)}): fix or remove that line "
+                             "(a truncated file ends in such a line)") from None
         text = rec.get(text_field) if isinstance(rec, dict) else None
         err = None
         if not isinstance(text, str):
@@ -720,7 +730,11 @@ def read_json_arg(value: str | None, what: str) -> dict[str, Any]:
     try:
         obj = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
-        raise InputError(f"{what} is not valid JSON: {getattr(exc, 'msg', exc)}") from None
+        reason = _json_reason(exc)
+        if isinstance(exc, json.JSONDecodeError):  # a file or a multi-line value: the line too
+            reason = f"{exc.msg.removesuffix(' at')} at line {exc.lineno} column {exc.colno}"
+        raise InputError(f"{what} is not valid JSON ({reason}): fix it there (a JSON object, e.g. "
+                         "'{\"delta\": 2.0}')") from None
     if not isinstance(obj, dict):
-        raise InputError(f"{what} must be a JSON object")
+        raise InputError(f"{what} must be a JSON object, e.g. '{{\"delta\": 2.0}}'")
     return obj

@@ -271,3 +271,56 @@ def test_the_shipped_model_has_the_parameter_count_the_demo_states():
     with safe_open(str(Path(MODEL_DIR) / "model.safetensors"), "pt") as f:
         n = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
     assert round(n / 1e6, 1) == 4.8
+
+
+# ---------------------------------------------------------------- every error names a fix
+def one_error_line(code, err) -> str:
+    lines = [ln for ln in err.splitlines() if ln.startswith("sketchwm: error:")]
+    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+def test_gen_length_not_a_multiple_of_the_default_block_length_names_the_fix(capsys, keyfile):  # noqa: F811
+    code, _, err = run(capsys, "generate", "--key", keyfile, "--prompt", "hi", "--gen-length", "48", "--quiet")
+    line = one_error_line(code, err)
+    assert "gen_length (48) must be a multiple of block_length (32)" in line
+    assert "use a multiple of 32, or set block_length (--block-length)" in line
+
+
+def test_gen_length_on_the_hf_masked_lm_backend_names_the_fix(capsys, keyfile, model_dir):  # noqa: F811
+    code, _, err = run(capsys, "generate", "--key", keyfile, "--prompt", "hi", "--gen-length", "48", "--quiet",
+                       *backend_args(model_dir))
+    line = one_error_line(code, err)
+    assert "multiple of block_length (128)" in line and "use a multiple of 128, or set block_length (--block-length)" in line
+
+
+def test_calibrate_on_too_few_texts_says_how_many_to_give_and_how_to_get_them(tmp_path, capsys, keyfile, model_dir):  # noqa: F811
+    src = tmp_path / "human.jsonl"
+    src.write_text("".join(json.dumps({"text": f"the water {i} was cold and the river ran past the old mill near the "
+                                               "town where we had lived for years"}) + "\n" for i in range(30)))
+    code, _, err = run(capsys, "calibrate", "--key", keyfile, "--input", src, "--out", tmp_path / "cal.json",
+                       "--alpha", "0.01", *backend_args(model_dir))
+    line = one_error_line(code, err)
+    assert "needs at least 99 unwatermarked texts, got 30" in line
+    assert "give at least 99 texts" in line and "--n-samples" in line and "alpha >= 0.0323" in line
+    assert not (tmp_path / "cal.json").exists()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["detect", "--alpha", "2", "--input", "x"], "see `sketchwm detect --help`"),
+    (["generate", "--batch-size", "0"], "see `sketchwm generate --help`"),
+    (["no-such-command"], "see `sketchwm --help`"),
+])
+def test_argparse_errors_read_sketchwm_error(capsys, args, needle):
+    code, out, err = run(capsys, *args)
+    line = one_error_line(code, err)
+    assert err.strip() == line and line.endswith(needle)
+
+
+def test_invalid_json_input_quotes_the_line_column_and_full_reason(tmp_path, capsys, keyfile):  # noqa: F811
+    src = tmp_path / "bad.jsonl"
+    src.write_text('{"text": "fine"}\n{"text": "a\tb"}\n')
+    code, _, err = run(capsys, "detect", "--key", keyfile, "--input", src)
+    line = one_error_line(code, err)
+    assert "line 2 is not valid JSON (Invalid control character at column 12)" in line
+    assert "fix or remove that line" in line
