@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 import warnings
@@ -179,6 +180,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
 
     wm = Watermarker(key, cfg)
     calibration = Calibration.load(args.calibration) if args.calibration else None
+    args.alpha = _detection_alpha(args.alpha, calibration, args.any_calibration_alpha)
     run = {"config_source": cfg_source, "calibration": args.calibration, "created": _now()}
     _check_tokenizer(first, wm)
     seen_keys: set[str] = set()
@@ -335,6 +337,24 @@ def _check_tokenizer(chunk: Any, wm: Any) -> None:
             f"the input was generated with tokenizer {', '.join(sorted(recorded))}, but the detector's backend uses "
             f"tokenizer {wm.backend.tokenizer_fingerprint}: pass the generating --backend"
         )
+
+
+def _detection_alpha(alpha: float | None, calibration: Any, any_alpha: bool) -> float:
+    """The α of a detection: ``--alpha``, else the calibration's, else 0.01.
+
+    Raises:
+        CalibrationError: ``--alpha`` differs from the calibration's α, without ``any_alpha``.
+    """
+    if alpha is None:
+        return calibration.alpha if calibration is not None else 0.01
+    if calibration is not None and not any_alpha and not math.isclose(alpha, calibration.alpha, rel_tol=1e-9):
+        from .errors import CalibrationError
+
+        raise CalibrationError(
+            f"the calibration was made at alpha={calibration.alpha:g}, but this detection asks for --alpha {alpha:g}: "
+            f"drop --alpha to use the calibration's, recalibrate with `sketchwm calibrate --alpha {alpha:g}`, or pass "
+            "--any-calibration-alpha to combine them anyway")
+    return alpha
 
 
 def _check_key(chunk: Any, fingerprint: str, strict: bool, seen: set[str]) -> None:
@@ -508,7 +528,11 @@ def build_parser(argv: Sequence[str] | None = None, plugins: Sequence[Any] = ())
                                  "a .parquet/.pq name, else JSONL (with --executor ray: a new directory of Parquet "
                                  "files). Default: a table (or --json lines) on stdout")
     d.add_argument("--calibration", help="calibration JSON from `sketchwm calibrate` (default: analytic threshold)")
-    _add_alpha_arg(d)
+    d.add_argument("--alpha", type=probability, help="target false-positive rate in (0, 1) (default: the "
+                                                      "calibration's with --calibration, else 0.01)")
+    d.add_argument("--any-calibration-alpha", action="store_true",
+                   help="accept an --alpha other than the calibration's (refused by default: the calibrated threshold "
+                        "holds the calibration's alpha, not this one)")
     d.add_argument("--json", action="store_true", help="one JSON result per line on stdout")
     d.add_argument("--strict", action="store_true", help="stop at the first record without a string 'text', and exit 2 "
                                                          "if any text cannot be scored (default: report both in that "

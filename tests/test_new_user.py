@@ -324,3 +324,28 @@ def test_invalid_json_input_quotes_the_line_column_and_full_reason(tmp_path, cap
     line = one_error_line(code, err)
     assert "line 2 is not valid JSON (Invalid control character at column 12)" in line
     assert "fix or remove that line" in line
+
+
+# ---------------------------------------------------------------- a calibration's alpha
+def test_a_calibration_made_at_another_alpha_is_refused_unless_overridden(tmp_path, capsys, default_gen, keyfile,  # noqa: F811
+                                                                          model_dir):
+    src = tmp_path / "null.jsonl"
+    words = "the water was cold and the river ran past the old mill near the town where we lived".split()
+    src.write_text("".join(json.dumps({"text": " ".join(words[i % 7:] + words[:i % 7]) + f" {i}"}) + "\n"
+                           for i in range(30)))
+    cal = tmp_path / "cal.json"
+    code, _, err = run(capsys, "calibrate", "--key", keyfile, "--input", src, "--out", cal, "--alpha", "0.05",
+                       *backend_args(model_dir))
+    assert code == 0, err
+    base = ["detect", "--key", keyfile, "--input", default_gen, "--calibration", cal, "--json", *backend_args(model_dir)]
+    code, out, err = run(capsys, *base, "--alpha", "0.01")
+    line = one_error_line(code, err)
+    assert "made at alpha=0.05" in line and "--alpha 0.01" in line and "drop --alpha" in line and out == ""
+    code, out, err = run(capsys, *base)  # no --alpha: the calibration's
+    assert code == 0, err
+    assert {json.loads(x)["alpha"] for x in out.splitlines()} == {0.05}
+    code, out, err = run(capsys, *base, "--alpha", "0.01", "--any-calibration-alpha")
+    assert code == 0, err
+    assert {json.loads(x)["alpha"] for x in out.splitlines()} == {0.01}
+    code, out, err = run(capsys, "detect", "--key", keyfile, "--input", default_gen, "--json", *backend_args(model_dir))
+    assert code == 0 and {json.loads(x)["alpha"] for x in out.splitlines()} == {0.01}  # no calibration: 0.01
