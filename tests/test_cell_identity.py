@@ -117,3 +117,10 @@ def test_results_without_versions_are_shown_as_unversioned(tmp_path):
     build_leaderboard(old, tmp_path / "board")
     assert "unversioned: kgw-naive" in (tmp_path / "board" / "leaderboard.md").read_text()
     assert 'id="versions"' in (tmp_path / "board" / "index.html").read_text()
+
+
+def test_every_registered_scheme_has_a_version():
+    reg = bench_registry()
+    for name in reg.names("scheme"):
+        v = reg.get("scheme", name).version
+        assert isinstance(v, str) and v, name
