@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["MarginalSums", "masked_marginal_sums", "CHUNK_ELEMENTS"]
+__all__ = ["MarginalSums", "masked_marginal_sums", "row_logsumexp", "CHUNK_ELEMENTS"]
 
 #: entries per cache block on CPU (4 MiB of float32: one chunk's softmax stays in L2/L3 while summed)
 CHUNK_ELEMENTS = 1 << 20
@@ -155,3 +155,27 @@ def masked_marginal_sums(logits: torch.Tensor, valid: torch.Tensor, eps: float =
         p = torch.softmax(flat[a:a + step], -1).clamp_(max=1 - P_CAP_GAP).neg_().log1p_()  # (c, V) log(1 − p)
         out.addmm_(weight[:, a:a + p.shape[0]], p)
     return MarginalSums(mass, out, torch.arange(V, device=dev), None, torch.zeros(B, R, dtype=dt, device=dev), 0.0, True)
+
+
+def row_logsumexp(logits: torch.Tensor, chunk_elements: int = CHUNK_ELEMENTS) -> torch.Tensor:
+    """log Σ_v exp(logits[..., v]) of every row, (..., V) → (...), in cache blocks of rows.
+
+    ``torch.logsumexp`` writes two temporaries of the input's size (x − max and its exp) and
+    ``torch.softmax`` one; here each block of about ``chunk_elements`` entries is shifted, exponentiated
+    and summed in one reused buffer while it is in cache. A row must hold a finite entry. Equal to
+    ``torch.logsumexp(logits, -1)`` up to float rounding.
+    """
+    V = logits.shape[-1]
+    flat = logits.reshape(-1, V)
+    n = flat.shape[0]
+    step = _chunk_rows(n, V, logits.device, chunk_elements)
+    if step >= n:
+        return torch.logsumexp(logits, -1)
+    out = torch.empty(n, dtype=logits.dtype, device=logits.device)
+    buf = torch.empty(step, V, dtype=logits.dtype, device=logits.device)
+    for a in range(0, n, step):  # cache blocks of rows (not tokens)
+        x = flat[a:a + step]
+        c = x.shape[0]
+        m = x.amax(-1, keepdim=True)  # (c, 1)
+        out[a:a + c] = torch.sub(x, m, out=buf[:c]).exp_().sum(-1).log_().add_(m[:, 0])
+    return out.view(logits.shape[:-1])

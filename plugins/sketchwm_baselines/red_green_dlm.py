@@ -43,6 +43,7 @@ from pydantic import Field
 
 from sketchwm.channels import Tilt
 from sketchwm.components import DenoiseStep, MarginalReads, Strength
+from sketchwm.marginal_sums import row_logsumexp
 
 from .context import context_hash
 from .green import ContextGreenListScheme, GreenListParams
@@ -191,7 +192,11 @@ class RedGreenDLMScheme(ContextGreenListScheme):
         """
         m = step.marginals
         k = min(max(self.params.top_k_context, self.params.top_k_token), m.logits.shape[-1])
-        w_m, t_m = torch.topk(torch.softmax(m.logits.float(), dim=-1), k, dim=-1)  # (B, R, k)
+        x = m.logits.float()  # (B, R, V)
+        # softmax is monotone in the logits: the top-k of the logits, their probabilities from the row's
+        # log-normaliser (cache-blocked; no (B, R, V) softmax written)
+        top, t_m = torch.topk(x, k, dim=-1)  # (B, R, k)
+        w_m = (top - row_logsumexp(x)[..., None]).exp_()  # (B, R, k)
         B, G = step.tokens.shape
         t = torch.zeros((B, G, k), dtype=torch.long, device=t_m.device)
         w = torch.zeros((B, G, k), dtype=w_m.dtype, device=w_m.device)
