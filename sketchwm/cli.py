@@ -606,6 +606,40 @@ def _warnings_as_lines():
         yield
 
 
+@contextlib.contextmanager
+def _third_party_bars_off(program: bool):
+    """While a command runs with stderr not a terminal (a log, a pipe, CI), third-party progress bars
+    (Hugging Face's ``Loading weights``, downloads, any tqdm bar) are off: they would fill the log
+    with carriage returns. sketchwm's own bars already show only on a terminal (``_progress``).
+
+    ``program``: this process is the command, so the switches are environment variables set before
+    anything imports those libraries (``HF_HUB_DISABLE_PROGRESS_BARS``, ``TQDM_DISABLE``; kept when
+    already set). Otherwise (``main([...])`` called in-process) transformers' bars are switched off
+    for the command and back on after it.
+    """
+    try:
+        terminal = sys.stderr.isatty()
+    except (AttributeError, ValueError):  # no stderr, or a closed one
+        terminal = False
+    if terminal:
+        yield
+        return
+    if program:
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        os.environ.setdefault("TQDM_DISABLE", "1")
+        yield
+        return
+    hf = sys.modules.get("transformers.utils.logging")
+    was_on = hf is not None and hf.is_progress_bar_enabled()
+    if was_on:
+        hf.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf.enable_progress_bar()
+
+
 def _warning_printer(debug: bool) -> Callable[..., None]:
     """A :func:`warnings.showwarning` that prints one line, ``sketchwm: warning: <message>``, the
     format of the CLI's errors (``--debug`` adds the category and where it was raised)."""
@@ -675,7 +709,7 @@ def _main(argv: list[str], plugins: Sequence[Any], program: bool = False) -> int
     debug = "--debug" in argv
     try:
         startup = _gc_paused_startup(program) if _command_word(argv) == "detect" else contextlib.nullcontext()
-        with _warnings_as_lines(), startup:
+        with _warnings_as_lines(), _third_party_bars_off(program), startup:
             parser = build_parser(argv, plugins)
             try:
                 args = parser.parse_args(argv)

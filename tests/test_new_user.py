@@ -8,11 +8,13 @@ test is about it (a combined scheme: sketch, green and keyed-sampling channels).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import pytest
 import torch
 
-from cli_tiny import GEN_SMALL, keyfile, model_dir, run  # noqa: F401 - fixtures
+from cli_tiny import GEN_SMALL, cli_cmd, keyfile, model_dir, run, subprocess_env  # noqa: F401 - fixtures
 from sketchwm.detection_result import DetectionResult
 
 
@@ -349,3 +351,49 @@ def test_a_calibration_made_at_another_alpha_is_refused_unless_overridden(tmp_pa
     assert {json.loads(x)["alpha"] for x in out.splitlines()} == {0.01}
     code, out, err = run(capsys, "detect", "--key", keyfile, "--input", default_gen, "--json", *backend_args(model_dir))
     assert code == 0 and {json.loads(x)["alpha"] for x in out.splitlines()} == {0.01}  # no calibration: 0.01
+
+
+# ---------------------------------------------------------------- no third-party bars in a log
+
+BARS_MODULE = '''
+import sys, types
+from sketchwm.cli import main
+from sketchwm.hookspecs import hookimpl
+
+def bars(args):
+    from transformers.utils.logging import tqdm as hf_tqdm  # the bar of "Loading weights"
+    from tqdm import tqdm
+
+    for _ in hf_tqdm(range(103), desc="Loading weights"):
+        pass
+    for _ in tqdm(range(10), desc="third-party work"):
+        pass
+    return 0
+
+plugin = types.ModuleType("bars_plugin")
+
+def sketchwm_register_commands(subparsers, parents):
+    subparsers.add_parser("bars", parents=parents, help="draw third-party bars").set_defaults(func=bars)
+
+plugin.sketchwm_register_commands = hookimpl(sketchwm_register_commands)
+if sys.argv[1:] == ["direct"]:
+    sys.exit(bars(None))
+sys.argv = ["sketchwm", "bars"]
+sys.exit(main(plugins=[plugin]))
+'''
+
+
+def test_third_party_progress_bars_are_silent_when_stderr_is_not_a_terminal(tmp_path):
+    """Hugging Face's ``Loading weights`` bar (and any tqdm bar) on a piped stderr: drawn when the same code
+    runs outside the CLI, silent under it."""
+    (tmp_path / "bars_cli.py").write_text(BARS_MODULE)
+    env = subprocess_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+    env["SKETCHWM_CACHE_DIR"] = str(tmp_path / "cache")
+    for var in ("HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE"):
+        env.pop(var, None)
+    direct = subprocess.run([cli_cmd()[0], "-m", "bars_cli", "direct"], env=env, capture_output=True, text=True, timeout=300)
+    assert direct.returncode == 0 and "Loading weights" in direct.stderr and "third-party work" in direct.stderr
+    proc = subprocess.run([cli_cmd()[0], "-m", "bars_cli"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Loading weights" not in proc.stderr and "%|" not in proc.stderr, proc.stderr[-2000:]
