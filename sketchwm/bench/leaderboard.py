@@ -339,7 +339,7 @@ def to_html_table(t: Table) -> str:
         tds = []
         for c in cols:
             m, s = t.mean.at[name, c], t.std.at[name, c]
-            v = "NaN" if m is None or np.isnan(m) else ("Infinity" if np.isposinf(m) else repr(float(m)))
+            v = "NaN" if m is None or np.isnan(m) else ("Infinity" if np.isposinf(m) else f"{float(m):.6g}")
             sd = f' <span class="sd">± {s:.2g}</span>' if s is not None and np.isfinite(s) and s > 0 else ""
             cls = ' class="best" title="best value of the column"' if name in best[c] else ""
             tds.append(f'<td data-v="{v}"{cls}>{e(_fmt(m, None))}{sd}</td>')

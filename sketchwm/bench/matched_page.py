@@ -326,7 +326,7 @@ def matched_section(df: pd.DataFrame, colours: dict[str, str], regime_info: dict
                 lab = settings.get((k, c.name), "")
                 star = c.name in best[k]
                 cells_md.append(("**" + txt + "** ★" if star else txt) + (f" ({lab})" if lab else "") + (f" {sup}" if sup else ""))
-                v = "NaN" if not est.ok else ("Infinity" if np.isposinf(est.mean) else repr(float(est.mean)))
+                v = "NaN" if not est.ok else ("Infinity" if np.isposinf(est.mean) else f"{float(est.mean):.6g}")
                 cells_html.append(f'<td data-v="{v}"' + (' class="best"' if star else "") + f">{e(txt)}"
                                   + (f' <span class="sd">{e(lab)}</span>' if lab else "")
                                   + (f"<sup>{e(sup)}</sup>" if sup else "") + "</td>")
@@ -388,5 +388,7 @@ def matched_section(df: pd.DataFrame, colours: dict[str, str], regime_info: dict
 
 
 def _compact_svg(svg: str) -> str:
-    """``svg`` with its coordinates rounded to 0.1 px (the inline copy on the page; the files keep theirs)."""
-    return re.sub(r"(-?\d+\.\d{2,})", lambda m: f"{float(m.group(1)):.1f}", svg)
+    """``svg`` with its coordinates rounded to 0.1 px and its line breaks and indentation collapsed (the
+    inline copy on the page; the files keep theirs)."""
+    svg = re.sub(r"(-?\d+\.\d{2,})", lambda m: f"{float(m.group(1)):.1f}", svg)
+    return re.sub(r"\s*\n\s*", " ", svg)

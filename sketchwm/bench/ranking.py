@@ -239,12 +239,12 @@ def _value(v: Any) -> str:
         v = v[0]
     if isinstance(v, list):
         ok = [e.mean for e in v if e.ok]
-        return repr(float(np.mean(ok))) if ok else "NaN"
+        return f"{float(np.mean(ok)):.6g}" if ok else "NaN"
     if isinstance(v, float):
-        return "NaN" if math.isnan(v) else repr(v)
+        return "NaN" if math.isnan(v) else f"{v:.6g}"
     if v is None or not v.ok:
         return "NaN"
-    return "Infinity" if np.isposinf(v.mean) else repr(float(v.mean))
+    return "Infinity" if np.isposinf(v.mean) else f"{float(v.mean):.6g}"
 
 
 def _header(col: str, r: Ranking) -> str:
