@@ -91,15 +91,30 @@ _TYPES = {"status": "string", "error": "string", "score": "float64", "z": "float
 
 
 def _arrow_column(values: list[Any]) -> Any:
-    """A pyarrow array of JSON-like values; a field whose values Arrow cannot type together becomes a
-    string column (strings kept, other values as JSON text)."""
+    """A pyarrow array of JSON-like values; a field whose values Arrow cannot type together, or types as
+    something Parquet cannot hold (a struct without fields, from an empty object), becomes a string
+    column (strings kept, other values as JSON text)."""
     import pyarrow as pa
 
     try:
-        return pa.array(values)
+        arr = pa.array(values)
+        if not _empty_struct(arr.type):
+            return arr
     except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        return pa.array([v if v is None or isinstance(v, str) else orjson.dumps(v, default=str).decode() for v in values],
-                        pa.string())
+        pass
+    return pa.array([v if v is None or isinstance(v, str) else orjson.dumps(v, default=str).decode() for v in values],
+                    pa.string())
+
+
+def _empty_struct(t: Any) -> bool:
+    """Whether Arrow type ``t`` holds a struct without fields (Parquet cannot write one)."""
+    import pyarrow as pa
+
+    if pa.types.is_struct(t):
+        return t.num_fields == 0 or any(_empty_struct(t.field(i).type) for i in range(t.num_fields))
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return _empty_struct(t.value_type)
+    return False
 
 
 def _owned_array(values: Any, type_name: str) -> Any:
