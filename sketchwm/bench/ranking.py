@@ -98,13 +98,15 @@ def _spoof(df: pd.DataFrame) -> dict[tuple[str, str], tuple[M.Estimate, str]]:
     return out
 
 
-def _separation(a: str, ea: M.Estimate, b: str, eb: M.Estimate, tokens: bool, n: int, floor: int | None) -> str:
-    """One sentence on what would separate the first two schemes of a tie group (``floor``: the
-    detector's minimum length, below which tokens-to-detect cannot go)."""
+def _separation(a: str, ea: M.Estimate, b: str, eb: M.Estimate, tokens: bool, n: int,
+                floors: tuple[int | None, int | None] = (None, None)) -> str:
+    """One sentence on what would separate the first two schemes of a tie group (``floors``: their
+    detectors' minimum lengths, below which tokens-to-detect cannot go)."""
     diff = abs(ea.mean - eb.mean)
     what = "tokens-to-detect" if tokens else "TPR"
-    if tokens and floor is not None and max(ea.mean, eb.mean) <= floor:
-        return (f"{a} and {b} both detect at the detector's minimum of {floor} tokens, a floor rather than a "
+    if tokens and None not in floors and ea.mean <= floors[0] and eb.mean <= floors[1]:
+        at = f"{floors[0]} tokens" if floors[0] == floors[1] else f"{floors[0]} and {floors[1]} tokens"
+        return (f"{a} and {b} both detect at their detector's minimum of {at}, a floor rather than a "
                 "measurement: more texts would not separate them, a lower minimum or the equal-KL column would")
     if diff == 0 or not (np.isfinite(ea.lo) and np.isfinite(eb.hi)):
         return (f"{a} and {b} have the same {what} ({_num(ea.mean, tokens)})"
@@ -184,7 +186,7 @@ def rankings(df: pd.DataFrame, cs: list[M.Curve], refs: dict[str, dict[str, M.Es
             second = r.figures[tpr_col]
             return (not e.ok, (-v if higher else v) if e.ok else 0.0, -(second.mean if second.ok else -1.0), r.scheme)
         rows.sort(key=sort_key)
-        floor = min((c.min_tokens for c in rc if c.min_tokens), default=None)
+        floor = {c.name: c.min_tokens for c in rc}
         ties, group, lead = [], 0, None
         members: list[RankRow] = []
 
@@ -192,7 +194,8 @@ def rankings(df: pd.DataFrame, cs: list[M.Curve], refs: dict[str, dict[str, M.Es
             if len(members) > 1 and np.isfinite(members[0].figures[key].mean):
                 n = min(members[0].figures[key].n, members[1].figures[key].n) or 1
                 ties.append(_separation(members[0].scheme, members[0].figures[key], members[1].scheme,
-                                        members[1].figures[key], key == tok_col, n, floor))
+                                        members[1].figures[key], key == tok_col, n,
+                                        (floor[members[0].scheme], floor[members[1].scheme])))
         for r in rows:  # finite figures grouped by overlapping intervals, then every inf in one group
             e = r.figures[key]
             if not e.ok:
