@@ -20,7 +20,8 @@ import torch
 
 from .errors import InputError
 
-__all__ = ["ngram_codes", "distinct_n", "cross_sample_distinct", "seq_rep_n", "top_token_share", "repetition_report"]
+__all__ = ["ngram_codes", "distinct_n", "cross_sample_distinct", "sample_repeats", "seq_rep_n", "top_token_share",
+           "repetition_report"]
 
 _INT64_MAX = torch.iinfo(torch.int64).max
 
@@ -101,6 +102,29 @@ def distinct_n(ids: torch.Tensor, valid: torch.Tensor, n: int = 2) -> torch.Tens
     distinct, total = _distinct_counts(codes, mask)
     out = distinct.double() / total.double().clamp_min(1)
     return torch.where(total > 0, out, torch.full_like(out, float("nan")))
+
+
+def sample_repeats(samples: list[list[int]]) -> tuple[float, float]:
+    """How alike k samples of one prompt are as whole texts: (the fraction of distinct texts among
+    them, the fraction of the k(k − 1)/2 pairs whose first tokens agree).
+
+    A keyed-noise scheme that keys its first token on the prompt gives every sample of a prompt the
+    same opening under one key (first-token match 1); free sampling gives the model's own rate.
+
+    Args:
+        samples: k token-id lists of one prompt.
+
+    Returns:
+        (distinct texts in [1/k, 1], first-token match in [0, 1]); NaN for the match when fewer than
+        two samples have a token.
+    """
+    distinct = len({tuple(s) for s in samples}) / max(len(samples), 1)
+    firsts = torch.tensor([s[0] for s in samples if len(s)], dtype=torch.long)  # (k',)
+    k = firsts.numel()
+    if k < 2:
+        return distinct, float("nan")
+    same = firsts[:, None] == firsts[None, :]  # (k', k')
+    return distinct, float((same.sum() - k).item() / (k * (k - 1)))
 
 
 def cross_sample_distinct(samples: list[list[int]], n: int = 2) -> float:

@@ -154,6 +154,22 @@ def test_every_row_has_its_regime_and_greedy_runs_defaults_only(swept):
     assert s[s["scheme"] == "acme-mark"]["detected"].mean() > 0.5
 
 
+def test_diversity_rows_record_repeats_and_the_ranking_shows_them(swept):
+    """Each diversity row holds the share of distinct texts and of sample pairs opening alike; under
+    greedy decoding the unwatermarked samples of a prompt are one text; the first screen shows the
+    first-token match beside the unwatermarked samples'."""
+    from sketchwm.quality import sample_repeats
+
+    assert sample_repeats([[1, 2], [1, 3], [4, 2], [1, 2]]) == (0.75, 0.5)
+    df = read_results(swept)
+    div = df[df["row_type"].isin(["diversity", "null_diversity"])]
+    assert div["distinct_texts"].between(0.25, 1).all() and div["first_token_match"].between(0, 1).all()
+    null_greedy = div[(div["row_type"] == "null_diversity") & (div["regime"] == "llada-greedy")]
+    assert (null_greedy["distinct_texts"] == 0.25).all() and (null_greedy["first_token_match"] == 1).all()
+    md = (swept / "board" / "leaderboard.md").read_text()
+    assert "first-token match across samples (unwatermarked 1.00)" in md
+
+
 def test_regime_sampler_settings():
     cfg = BenchConfig.model_validate(grid(regimes=["mdlm-random-t1", "llada-blocks-t0.5", "dream-entropy-t0.2",
                                                    "llada-greedy"], lengths=[64]))

@@ -119,7 +119,8 @@ def estimate(values: np.ndarray, keys: np.ndarray | None = None, stat: str = "me
 class Point:
     """One setting of a curve: its ``label`` (the scheme column), knob value (NaN: no knob), whether it
     is the scheme's default strength, and its figures ``stats`` (name → :class:`Estimate`): ``tpr``,
-    ``kl``, ``ttd``, ``logppl``, ``diversity``, ``distinct2``, ``tpr:<family>@<strength>``."""
+    ``kl``, ``ttd``, ``logppl``, ``diversity``, ``first_token`` (first-token match across samples),
+    ``distinct2``, ``tpr:<family>@<strength>``."""
 
     label: str
     knob_value: float
@@ -167,7 +168,8 @@ def _col(g: pd.DataFrame, c: str) -> np.ndarray:
 
 
 def references(df: pd.DataFrame) -> dict[str, dict[str, Estimate]]:
-    """Unwatermarked reference figures per regime: ``logppl`` (null report split) and ``diversity``.
+    """Unwatermarked reference figures per regime: ``logppl`` (null report split), ``diversity`` and
+    ``first_token`` (first-token match across samples, results that record it).
 
     The same null texts appear in every clean cell of a regime (shared by schemes and keys): one cell's
     copy per (backend, length, prompt set) is used.
@@ -175,7 +177,8 @@ def references(df: pd.DataFrame) -> dict[str, dict[str, Estimate]]:
     out: dict[str, dict[str, Estimate]] = {}
     for regime, g in df[df["cell_kind"] == "clean"].groupby("regime", sort=False):
         refs: dict[str, Estimate] = {}
-        for row_type, col, name in (("null_fpr", "ppl", "logppl"), ("null_diversity", "diversity", "diversity")):
+        for row_type, col, name in (("null_fpr", "ppl", "logppl"), ("null_diversity", "diversity", "diversity"),
+                                    ("null_diversity", "first_token_match", "first_token")):
             r = g[g["row_type"] == row_type]
             if r.empty:
                 continue
@@ -218,6 +221,7 @@ def curves(df: pd.DataFrame) -> list[Curve]:
             st["logppl"] = estimate(np.log(_col(h, "ppl")), keys)
             d = div[(div["regime"] == regime) & (div["scheme"] == label)]
             st["diversity"] = estimate(_col(d, "diversity"), d["key_index"].to_numpy())
+            st["first_token"] = estimate(_col(d, "first_token_match"), d["key_index"].to_numpy())
             s = dist[(dist["regime"] == regime) & (dist["scheme"] == label)]
             st["distinct2"] = estimate(_col(s, "value"))
             st["pmin"] = Estimate(float(np.nanmin(_col(h, "p_value"))), np.nan, np.nan) if len(h) else NA

@@ -18,7 +18,8 @@ default strength. TPR at 1% FPR at KL/token 0.1 (interpolated along the sweep; a
 strengths shows the default's TPR); KL/token of that setting (0 for keyed-noise schemes, whose cost
 shows as lost diversity instead); TPR after 30% substitution, insertion and reordering (the results'
 attacks at strength 0.3); distinct-2 across samples of one prompt under one key beside the
-unwatermarked samples'; detection throughput; the worst spoof rate over the thieves at the largest
+unwatermarked samples', and, in results that record it, the share of pairs of those samples that open
+with the same token; detection throughput; the worst spoof rate over the thieves at the largest
 stolen-sample count, when the results hold spoof cells.
 
 Used by :mod:`sketchwm.bench.leaderboard`; the figures come from :mod:`sketchwm.bench.matched`.
@@ -159,6 +160,7 @@ def rankings(df: pd.DataFrame, cs: list[M.Curve], refs: dict[str, dict[str, M.Es
         oracle = any(e.note != "no-oracle" for e, _ in mmw.values())
         tpr_col = f"TPR @ KL={RULE_KL:g}" if swept else "TPR (default strength)"
         tok_col = f"tokens to detect (log-PPL ≤ +{RULE_TOL:.0%})"
+        first_token = any(p.get("first_token").ok for c in rc for p in c.points)  # results that record it
         rows = []
         for c in rc:
             est, label = mmw[c.name]
@@ -168,6 +170,8 @@ def rankings(df: pd.DataFrame, cs: list[M.Curve], refs: dict[str, dict[str, M.Es
             have = [e for e in edits if p.get(e).ok]
             f["TPR after edits"] = [p.get(e) for e in edits] if have else None
             f["diversity"] = p.get("diversity")
+            if first_token:
+                f["first-token match"] = p.get("first_token")
             f["detect tokens/s"] = speed.get((regime, p.label), float("nan"))
             if spoof:
                 f["spoof rate"] = spoof.get((regime, c.name), (M.NA, ""))
@@ -253,9 +257,10 @@ def _value(v: Any) -> str:
 def _header(col: str, r: Ranking) -> str:
     if col == "TPR after edits":
         return f"TPR after edits ({', '.join(f[:3] + '.' for f in EDIT_FAMILIES)} {EDIT_STRENGTH:g})"
-    if col == "diversity":
-        ref = r.ref.get("diversity")
-        return "diversity across samples" + (f" (unwatermarked {ref.mean:.2f})" if ref is not None and ref.ok else "")
+    if col in ("diversity", "first-token match"):
+        ref = r.ref.get("diversity" if col == "diversity" else "first_token")
+        name = "diversity across samples" if col == "diversity" else "first-token match across samples"
+        return name + (f" (unwatermarked {ref.mean:.2f})" if ref is not None and ref.ok else "")
     return col
 
 

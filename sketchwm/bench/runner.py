@@ -27,7 +27,7 @@ import torch
 from .. import __version__
 from ..data import load_prompts
 from ..detection import pad_ids
-from ..quality import cross_sample_distinct
+from ..quality import cross_sample_distinct, sample_repeats
 from ..errors import ConfigError
 from ..keys import WatermarkKey
 from .config import BenchConfig
@@ -449,6 +449,9 @@ def _cell_data(ctx: RunContext, cell: Cell, ud: dict[str, Any] | None) -> tuple[
         if div is not None:
             kw["diversity"] = np.array([cross_sample_distinct(d, 2) for d in div])
             kw["null_diversity"] = np.array([cross_sample_distinct(d, 2) for d in div_null])
+            # (m, 2) per prompt: distinct texts, first-token match (written beside each diversity row)
+            kw["extra"] = {"diversity": np.array([sample_repeats(d) for d in div]),
+                           "null_diversity": np.array([sample_repeats(d) for d in div_null])}
         total = float(base.n_tokens.sum())
         kw["gen_tokens_per_s"] = float(len(ud["texts"]) * unit.length / max(ud["gen_seconds"], 1e-9))
         kw["detect_tokens_per_s"] = total / max(base.seconds, 1e-9)
@@ -534,8 +537,11 @@ def run_cell(ctx: RunContext, cell: Cell) -> list[dict[str, Any]]:
         text_rows("null_cal", ud["cal"], {})
         text_rows("null_fpr", ud["fpr"], {"ppl": data.null_ppl})
         for row_type, values in (("diversity", data.diversity), ("null_diversity", data.null_diversity)):
+            repeats = data.extra.get(row_type)  # (m, 2) or None
             for i, v in enumerate(values if values is not None else []):
-                rows.append({"row_type": row_type, "text_index": i, "diversity": float(v)})
+                rows.append({"row_type": row_type, "text_index": i, "diversity": float(v),
+                             **({"distinct_texts": float(repeats[i, 0]), "first_token_match": float(repeats[i, 1])}
+                                if repeats is not None else {})})
     for m in ctx.metrics:
         if cell.kind not in m.kinds:
             continue
@@ -547,7 +553,7 @@ def run_cell(ctx: RunContext, cell: Cell) -> list[dict[str, Any]]:
                      "n": int(v.n), "note": v.note})
     wall = time.perf_counter() - t0
     cols = ["row_type", "text_index", "n_tokens", "score", "p_value", "detected", "tokens_to_detect", "ppl", "kl",
-            "kl_sampled", "diversity", "similarity", "edit_fraction", "unrelated_flagged", "metric", "value", "unit", "higher_is_better", "task", "deterministic", "n", "note"]
+            "kl_sampled", "diversity", "distinct_texts", "first_token_match", "similarity", "edit_fraction", "unrelated_flagged", "metric", "value", "unit", "higher_is_better", "task", "deterministic", "n", "note"]
     return [{**head, "row_index": j, **{c: r.get(c) for c in cols}, "wall_time_s": wall} for j, r in enumerate(rows)]
 
 
