@@ -16,7 +16,7 @@ Checks (the default scheme is :data:`sketchwm.config.DEFAULT_SCHEME`; budgets as
   ``torch.softmax`` of the same (1, 256, 126464) float32 logits; budget 1.5.
 * ``embedding-global-sketch``: the same for ``global-sketch``; budget 1.5.
 * ``generate-random``, ``generate-low-confidence``: watermarked ÷ unwatermarked generation on the
-  shipped default model (4 prompts × 32 tokens, one block of 32, 16 steps, same seed), under random
+  shipped default model (2 prompts × 32 tokens, one block of 32, 16 steps, same seed), under random
   and low-confidence remasking; budget 1.2 each.
 * ``detect``: ``Detector.detect_batch`` of the default scheme on 1,024 × 256 Zipf-drawn ids
   (V = 126,464) ÷ ``torch.sort`` of the same ids along each row (the sort every distinct-token
@@ -179,7 +179,7 @@ def generation_checks(reg: Any) -> list[Check]:
     backend = reg.create("backend", "default", {"device": "cpu"})
     key = WatermarkKey(hashlib.sha256(b"sketchwm/benchmarks/perf_guard").digest())
     scheme = reg.create("scheme", DEFAULT_SCHEME, {}, key, backend.vocab_size, device=backend.device)
-    prompts = list(load("prompts"))[:4]
+    prompts = list(load("prompts"))[:2]
     out = []
     for rule in ("random", "low_confidence"):
         cfg = {**(backend.sampler_defaults or {}), "gen_length": 32, "block_length": 32, "steps": 16, "remasking": rule}
@@ -189,7 +189,7 @@ def generation_checks(reg: Any) -> list[Check]:
 
         name = f"generate-{rule.replace('_', '-')}"
         out.append(Check(name, 1.2, gen(scheme), gen(None),
-                         f"{DEFAULT_SCHEME} ÷ unwatermarked generation, {rule} remasking, 4 prompts × 32 tokens",
+                         f"{DEFAULT_SCHEME} ÷ unwatermarked generation, {rule} remasking, 2 prompts × 32 tokens",
                          ACCEPTED.get(name)))
     return out
 
