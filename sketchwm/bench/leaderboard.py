@@ -467,10 +467,14 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
     Args:
         results: a results folder of ``sketchwm bench run``; out: output folder;
         readme: a README whose section between :data:`README_START` and :data:`README_END` is
-            replaced by the tables (appended when the markers are absent); command: shown above the tables.
+            replaced by the tables (appended when the markers are absent); command: shown in the
+            provenance section.
 
     Returns:
-        the paths written. Raises InputError: no results.
+        the paths written.
+
+    Raises:
+        InputError: no results, or results that hold two versions of one scheme (:func:`scheme_versions`).
     """
     df = _with_regime(read_results(results))
     versions = scheme_versions(df)  # refuses two versions of one scheme

@@ -79,7 +79,7 @@ class Unit:
 @dataclass(frozen=True)
 class Cell:
     """One thing done to a unit's texts; ``hash`` is the content hash of everything that defines its rows
-    (:func:`cell_identity`)."""
+    (:func:`plan` lists what it covers)."""
 
     unit: Unit
     kind: str
