@@ -330,7 +330,8 @@ def detect_with_ray(input_path: str, out: str, *, key: Any, config: dict[str, An
     except ImportError:
         raise InputError("--executor ray needs Ray: pip install 'sketchwm[ray]'") from None
     if fmt not in ("jsonl", "parquet"):
-        raise InputError(f"--executor ray reads JSONL or Parquet, not {fmt}")
+        raise InputError(f"--executor ray reads JSONL or Parquet, not {fmt}: convert the input to Parquet, or drop "
+                         "--executor ray")
     outp = Path(out)
     if outp.exists() and (not outp.is_dir() or any(outp.iterdir())):
         raise InputError(f"--out {out} exists: --executor ray writes a directory of Parquet files; pass a new or empty one")
