@@ -18,7 +18,7 @@ Checks (the default scheme is :data:`sketchwm.config.DEFAULT_SCHEME`; budgets as
 * ``generate-random``, ``generate-low-confidence``: watermarked ÷ unwatermarked generation on the
   shipped default model (2 prompts × 32 tokens, one block of 32, 16 steps, same seed), under random
   and low-confidence remasking; budget 1.2 each.
-* ``detect``: ``Detector.detect_batch`` of the default scheme on 1,024 × 256 Zipf-drawn ids
+* ``detect``: ``Detector.detect_batch`` of the default scheme on 4,096 × 256 Zipf-drawn ids
   (V = 126,464) ÷ ``torch.sort`` of the same ids along each row (the sort every distinct-token
   count starts from); budget :data:`DETECT_BUDGET`.
 
@@ -52,9 +52,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _perf import report  # noqa: E402
 
-#: detect_batch ÷ a row sort of the same ids: detection (sort, gathers, p-values) within two sorts of
-#: its input. The absolute target (5×10^7 tokens/s) is perf_detect.py's, published with its CPU.
-DETECT_BUDGET = 2.0
+#: detect_batch ÷ a row sort of the same ids: detection (its own sort, gathers, three channels'
+#: p-values) within 1.3 sorts of its input, the level the default reads on one thread, so that a doubled
+#: detection path fails. The absolute target (5×10^7 tokens/s) is perf_detect.py's, published with its CPU.
+DETECT_BUDGET = 1.3
 #: checks over their budget today → the ratio they were accepted at: read 2026-11-28 with this script
 #: on a 2-core AMD EPYC (AVX512 kernels), torch 2.13.0+cpu, 1 thread, load average 15-20
 ACCEPTED = {"embedding": 2.9, "generate-random": 1.9}
@@ -204,7 +205,7 @@ def detection_checks(reg: Any) -> list[Check]:
         def get_vocab(self) -> dict[str, int]:
             return {}
 
-    V, B, N = 126464, 1024, 256
+    V, B, N = 126464, 4096, 256
     key = WatermarkKey(b"benchmark key, not a secret!!!!!")
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
