@@ -112,6 +112,16 @@ def test_budgets_outside_a_sweep_are_read_only_against_the_scheme():
     assert not at_kl_conservative(c, "tpr", 0.1, "reference").ok
 
 
+def test_quick_sweeps_the_default_and_its_neighbours():
+    from sketchwm.registry import get_registry
+    from sketchwm.scorecard.run import _strengths
+
+    reg = get_registry()
+    assert _strengths(reg, "red-green-dlm", {}, 3) == [1.0, 2.0, 3.0]  # grid 0.5, 1, 2, 3; default 2
+    assert _strengths(reg, "red-green-dlm", {"delta": 3.0}, 3) == [1.0, 2.0, 3.0]
+    assert _strengths(reg, "red-green-dlm", {}, 0) is None and _strengths(reg, "aar-gumbel", {}, 3) is None
+
+
 def test_members_reads_the_family_size_from_nested_params():
     assert members({"members": 16}) == 16
     assert members({"inner": {"name": "x"}, "family": {"members": 8}}) == 8

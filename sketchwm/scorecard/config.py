@@ -33,8 +33,8 @@ class Tier(StrictModel):
         length: generated tokens per text; steps: denoising steps (fitted to the regime's blocks).
         regimes: decoding regimes of the diversity line (names of :data:`sketchwm.bench.config.REGIMES`).
         power_regimes: the regimes of the power and robustness lines (a subset of ``regimes``).
-        sweep_points: strengths per swept scheme: 0 = its declared grid; k > 0 = the default and the
-            k − 1 next stronger settings of the grid.
+        sweep_points: strengths per swept scheme: 0 = its declared grid; k > 0 = the k settings of the
+            grid nearest the default, the default included.
         kl_budgets: KL/token budgets (nats) of the power line (default :data:`KL_BUDGETS`).
         n_power: watermarked texts per setting; n_null_cal / n_null_fpr: unwatermarked texts for the
             conformal 1%-FPR threshold and its check.
@@ -75,7 +75,7 @@ class Tier(StrictModel):
 #: The shipped tiers.
 TIERS: dict[str, Tier] = {
     "quick": Tier(name="quick", decisive_only=True, length=64, steps=32, power_regimes=["mdlm-random-t1"],
-                  sweep_points=2, n_power=24, n_null_fpr=12, robustness=True, diversity_prompts=4, diversity_samples=4,
+                  sweep_points=3, n_power=24, n_null_fpr=12, robustness=True, diversity_prompts=4, diversity_samples=4,
                   steal_n=[50], forge_n=30, spoof_n=12, null_texts=300, speed_batch=8, speed_repeats=2, userloop_n=16),
     "full": Tier(name="full"),
 }

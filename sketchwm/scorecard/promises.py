@@ -292,23 +292,26 @@ def null(run: Run) -> list[Line]:
     unit = run.units[(run.label, t.regimes[0])]
     root = ctx.key(0)
     be = ctx.backend(0)
-    out = []
-    for domain in run.cfg.human:
+    batches = {}
+    for domain in run.cfg.human:  # passages of at least 16 tokens, one padded batch per domain
         ids = [x for x in be.encode(_human(run, domain, t.null_texts)) if len(x) >= 16]
-        x, valid = pad_ids(ids)
-        rates = {0.01: [], 0.05: []}
-        counts = {0.01: [], 0.05: []}
-        for k in range(t.null_keys):  # per key: one batch of every passage
-            scheme = keyed_scheme(ctx, unit, root.subkey(f"scorecard/null-key/{k}"))
+        batches[domain] = (len(ids), *pad_ids(ids))
+    alphas = ((0.01, 0.02), (0.05, 0.07))
+    counts = {(d, a): [] for d in batches for a, _ in alphas}  # per (domain, α): flagged texts per key
+    for k in range(t.null_keys):  # per key: its scheme built once, every passage of every domain scored
+        scheme = keyed_scheme(ctx, unit, root.subkey(f"scorecard/null-key/{k}"))
+        for d, (_, x, valid) in batches.items():
             p = np.nan_to_num(scheme.score_ids(x.to(scheme.device), valid.to(scheme.device)).p_value.double().cpu().numpy(), nan=1.0)
-            for a in rates:
-                counts[a].append(int((p <= a).sum()))
-                rates[a].append(float((p <= a).mean()))
-        for a, bound in ((0.01, 0.02), (0.05, 0.07)):
-            worst = int(np.argmax(counts[a]))
-            lo, hi = clopper_pearson(counts[a][worst], len(ids))
-            out.append(Line(f"null: worst of {t.null_keys} keys, p <= {a:g}, {domain}", rates[a][worst], lo, hi, len(ids),
-                            bound, "<=", "rate", detail={"per_key": rates[a], "mean": float(np.mean(rates[a]))}))
+            for a, _ in alphas:
+                counts[d, a].append(int((p <= a).sum()))
+    out = []
+    for d, (n, _, _) in batches.items():
+        for a, bound in alphas:
+            c = counts[d, a]
+            worst = int(np.argmax(c))
+            lo, hi = clopper_pearson(c[worst], n)
+            out.append(Line(f"null: worst of {t.null_keys} keys, p <= {a:g}, {d}", c[worst] / n, lo, hi, n, bound, "<=", "rate",
+                            detail={"per_key": [x / n for x in c], "mean": float(np.mean(c)) / n}))
     return out
 
 

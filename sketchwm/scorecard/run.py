@@ -34,16 +34,18 @@ PROMISES: tuple[tuple[str, Callable[[P.Run], list[Line]]], ...] = (
 
 
 def _strengths(registry: Any, name: str, params: dict[str, Any], points: int) -> list[float] | None:
-    """The strengths to sweep: None (the declared grid) for ``points`` 0, else the default and the next
-    ``points`` − 1 stronger settings of the grid; None for a scheme without a knob."""
+    """The strengths to sweep: None (the declared grid) for ``points`` 0, else the ``points`` settings of the
+    grid nearest the default in grid order, the default included (a window centred on it where the grid
+    allows, so that KL budgets on either side of the default can be bracketed); None for a scheme without a knob."""
     cls = registry.get("scheme", name)
     st = cls.strength
     if st.field is None or points == 0:
         return None
     d = st.value_of(cls.parse_params(params))
-    grid = sorted(set(st.grid) | {d}, reverse=st.stronger == "lower")
+    grid = sorted(set(st.grid) | {d})
     i = grid.index(d)
-    return [float(v) for v in grid[i:i + points]]
+    lo = max(0, min(i - (points - 1) // 2, len(grid) - points))
+    return [float(v) for v in grid[lo:lo + points]]
 
 
 def members(params: dict[str, Any]) -> int:
