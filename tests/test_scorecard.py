@@ -112,6 +112,18 @@ def test_budgets_outside_a_sweep_are_read_only_against_the_scheme():
     assert not at_kl_conservative(c, "tpr", 0.1, "reference").ok
 
 
+def test_development_and_report_splits_partition_the_prompts_by_document():
+    from sketchwm.data import load, load_prompts, load_records
+
+    dev, rep = load("prompts-development"), load("prompts-report")
+    assert not set(dev) & set(rep) and sorted(dev + rep) == sorted(load("prompts"))
+    docs, report = {}, set(rep)
+    for r in load_records("prompts"):
+        docs.setdefault(r["doc_id"], set()).add("report" if r["text"] in report else "development")
+    assert all(len(v) == 1 for v in docs.values())  # no document feeds both
+    assert min(len(dev), len(rep)) > 400 and load_prompts("prompts-report", 3) == rep[:3]
+
+
 def test_quick_sweeps_the_default_and_its_neighbours():
     from sketchwm.registry import get_registry
     from sketchwm.scorecard.run import _strengths
