@@ -131,14 +131,16 @@ def _self_bleu(samples: list[list[int]]) -> float:
 
 
 def diversity_measures(groups: list[list[list[int]]]) -> dict[str, np.ndarray]:
-    """Per prompt (P,) float64: ``distinct`` texts among its samples, ``first_token`` match rate over sample
-    pairs, ``self_bleu``; ``groups`` is a list over prompts of the samples' token ids."""
+    """Per prompt (P,) float64: ``distinct`` texts among its samples (a count), ``first_token`` match rate over
+    sample pairs (:func:`sketchwm.quality.sample_repeats`), ``self_bleu``; ``groups`` is a list over prompts of
+    the samples' token ids."""
+    from ..quality import sample_repeats
+
     distinct, first, bleu = [], [], []
     for s in groups:  # per prompt
-        distinct.append(len({tuple(x) for x in s}))
-        heads = [x[0] if x else -1 for x in s]
-        pairs = [(i, j) for i in range(len(heads)) for j in range(i + 1, len(heads))]
-        first.append(np.mean([heads[i] == heads[j] for i, j in pairs]) if pairs else 0.0)
+        share, match = sample_repeats(s)
+        distinct.append(share * len(s))
+        first.append(0.0 if np.isnan(match) else match)
         bleu.append(_self_bleu(s))
     return {"distinct": np.array(distinct, float), "first_token": np.array(first, float), "self_bleu": np.array(bleu, float)}
 
