@@ -50,8 +50,9 @@ def machine() -> dict[str, Any]:
     Returns:
         ``{"cpu": model name, "flags": [vector flags present, in VECTOR_FLAGS order], "cpus":
         os.cpu_count(), "arch": platform.machine(), "torch": version, "torch_cpu_capability": e.g.
-        "AVX2" or "AVX512", "blas": e.g. "mkl", "parallel": e.g. "OpenMP", "threads": torch's
-        intra-op threads}``; the torch fields are absent when torch cannot be imported.
+        "AVX2" or "AVX512", "blas": e.g. "mkl", "parallel": e.g. "OpenMP"}``; the torch fields are
+        absent when torch cannot be imported. (The threads a benchmark ran on are its own field: the
+        process that publishes is not the one that measured.)
     """
     model, flags = _cpuinfo()
     out: dict[str, Any] = {"cpu": model, "flags": flags, "cpus": os.cpu_count(), "arch": platform.machine()}
@@ -70,19 +71,17 @@ def machine() -> dict[str, Any]:
     par = re.search(r"ATen parallel backend: (\S+)", torch.__config__.parallel_info())
     if par:
         out["parallel"] = par.group(1)
-    out["threads"] = torch.get_num_threads()
     return out
 
 
 def machine_line(m: dict[str, Any] | None = None) -> str:
-    """``machine()`` as one line, e.g. ``AMD EPYC; 2 CPUs; avx2 avx512f …; torch 2.13.0+cpu (AVX512
-    kernels, mkl, OpenMP, 2 threads)``."""
+    """``machine()`` as one line, e.g. ``AMD EPYC; 2 CPUs; flags … avx2 avx512f …; torch 2.13.0+cpu
+    (AVX512 kernels, mkl, OpenMP)``."""
     m = machine() if m is None else m
     line = f"{m['cpu']}; {m['cpus']} CPUs; flags {' '.join(m['flags']) or 'none of ' + '/'.join(VECTOR_FLAGS[:5])}"
     if "torch" in m:
         build = ", ".join(str(x) for x in (f"{m['torch_cpu_capability']} kernels" if m.get("torch_cpu_capability") else None,
-                                           m.get("blas"), m.get("parallel"),
-                                           f"{m['threads']} threads" if m.get("threads") else None) if x)
+                                           m.get("blas"), m.get("parallel")) if x)
         line += f"; torch {m['torch']}" + (f" ({build})" if build else "")
     return line
 
