@@ -154,8 +154,7 @@ def problems(page: Path) -> list[str]:
 
 
 #: pages known to name what their boards lack, with what they name: the mark goes when the page is fixed
-KNOWN = {"README.md": "the headline names global-sketch-green beside frontier-128, whose board holds the two-channel "
-                      "gsg-adaptive of 0.2.0 (cells without versions), not the default as shipped"}
+KNOWN: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.xfail(reason=KNOWN[p.name], strict=True))

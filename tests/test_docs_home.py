@@ -65,3 +65,17 @@ def test_every_registered_component_is_on_the_components_page():
     missing = [f"{kind} {name}" for kind in ("scheme", "attack", "backend", "sketch", "score", "remasking")
                for name in reg.names(kind) if f"`{name}`" not in text]
     assert not missing, f"registered but not on docs/components.md: {missing}"
+
+
+NUMBERS = {w: i for i, w in enumerate("zero one two three four five six seven eight nine ten eleven twelve thirteen "
+                                      "fourteen fifteen sixteen seventeen eighteen nineteen twenty twenty-one "
+                                      "twenty-two twenty-three twenty-four twenty-five".split())}
+
+
+def test_readme_counts_match_the_registry():
+    """The README (not built by mkdocs) writes its counts in words; they are the registry's."""
+    hook = _hook()
+    counts = hook.registry_counts()
+    m = re.search(r"([\w-]+) baseline watermarks and ([\w-]+) attacks", (ROOT / "README.md").read_text(encoding="utf-8"))
+    assert m, "the README no longer says how many baselines and attacks there are"
+    assert (NUMBERS.get(m.group(1)), NUMBERS.get(m.group(2))) == (counts["baselines"], counts["attacks"]), m.group(0)
