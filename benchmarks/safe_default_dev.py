@@ -2,7 +2,9 @@
 
 Candidates (``CANDIDATES``): the three-channel default ``global-sketch-green`` (``gsg-keyed``), the
 same without keyed sampling (``gsg-free``), ``keyed-family`` over ``gsg-free`` with K = 8 and 16
-members (``family8-free``, ``family16-free``) and ``global-sketch-family`` (``sketch-family16``).
+members (``family8-free``, ``family16-free``; K = 16 also detected with the unit-noise spread test,
+``family16-free-normal``, and without a spread test, ``family16-free-nospread``) and
+``global-sketch-family`` (``sketch-family16``).
 Every text is written by the shipped default model from the prompts of ``prompts-development`` (the
 prompts ``sketchwm scorecard`` never reads); keys come from :func:`sketchwm.bench.seeds.bench_key`
 and are never printed.
@@ -53,10 +55,13 @@ CANDIDATES: dict[str, tuple[str, dict]] = {
     "gsg-free": ("global-sketch-green", {"sampling": "free"}),
     "family8-free": ("keyed-family", {"members": 8}),
     "family16-free": ("keyed-family", {"members": 16}),
+    "family16-free-normal": ("keyed-family", {"members": 16, "spread": "normal"}),
+    "family16-free-nospread": ("keyed-family", {"members": 16, "spread_test": False}),
     "sketch-family16": ("global-sketch-family", {}),
 }
-#: tags whose texts are another tag's texts embedded under members < K: tag → (source tag, K)
-VIEWS = {"family8-free": ("family16-free", 8)}
+#: tags whose texts are another tag's texts embedded under members < K (or detected another way): tag → (source tag, K)
+VIEWS = {"family8-free": ("family16-free", 8), "family16-free-normal": ("family16-free", 16),
+         "family16-free-nospread": ("family16-free", 16)}
 REGIMES = {
     "mdlm-random-t1": {"remasking": "random", "temperature": 1.0, "top_p": 1.0, "block": None},
     "llada-blocks-t0.5": {"remasking": "low_confidence", "temperature": 0.5, "top_p": 1.0, "block": 32},
