@@ -625,6 +625,10 @@ def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
     p = Path(path)
     if p.is_dir():
         raise InputError(f"{what} {p} is a directory: pass a file name")
+    if _special(p):  # a device or a pipe (/dev/null, /dev/stdout, a FIFO) is written in place
+        if not os.access(p, os.W_OK):
+            raise InputError(f"cannot write {what} {p}: it is not writable")
+        return p
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise InputError(f"cannot write {what} {p}: directory {parent} does not exist (create it first)")
@@ -633,10 +637,22 @@ def check_output_path(path: str | os.PathLike, what: str = "output") -> Path:
     return p
 
 
+def _special(p: Path) -> bool:
+    """Whether ``p`` exists and is neither a regular file nor a directory (a device, FIFO or socket)."""
+    try:
+        return p.exists() and not p.is_file() and not p.is_dir()
+    except OSError:
+        return False
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "w", *, perms: int | None = None, overwrite: bool = True,
                  append: bool = False, encoding: str | None = "utf-8", newline: str | None = None) -> Iterator[IO[Any]]:
     """Open a temporary file next to ``path``; on success rename it over ``path`` (atomic), else delete it.
+
+    A ``path`` that exists and is not a regular file (a device such as ``/dev/null`` or
+    ``/dev/stdout``, a FIFO) is opened and written in place: renaming over it would replace the device
+    or pipe with a regular file.
 
     Args:
         path: destination file; its directory must exist.
@@ -654,9 +670,13 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", *, perms: int | None 
             ``overwrite`` is False and ``path`` exists.
     """
     p = check_output_path(path)
+    binary = "b" in mode
+    if _special(p):
+        with open(p, "wb" if binary else "w", **({} if binary else {"encoding": encoding, "newline": newline})) as fh:
+            yield fh
+        return
     if not overwrite and p.exists():
         raise InputError(f"refusing to overwrite existing file {p} (pass --force to replace it)")
-    binary = "b" in mode
     fd, tmp = tempfile.mkstemp(dir=str(p.parent), prefix=f".{p.name}.", suffix=".tmp")
     try:
         if perms is None:

@@ -397,3 +397,24 @@ def test_third_party_progress_bars_are_silent_when_stderr_is_not_a_terminal(tmp_
     proc = subprocess.run([cli_cmd()[0], "-m", "bars_cli"], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Loading weights" not in proc.stderr and "%|" not in proc.stderr, proc.stderr[-2000:]
+
+
+# ---------------------------------------------------------------- outputs to a device or a pipe
+def test_an_output_that_is_a_pipe_is_written_in_place_never_replaced(tmp_path):
+    """``--out /dev/null`` or a FIFO: renaming a temporary file over it would replace the device with a
+    regular file (for root, /dev/null itself). A FIFO stands in for the device here."""
+    import stat
+    import threading
+
+    from sketchwm.io import write_jsonl_atomic
+
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)  # blocks if never opened
+    reader.start()
+    write_jsonl_atomic(str(fifo), [{"text": "a"}, {"text": "b"}])
+    reader.join(timeout=30)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert [json.loads(x) for x in got[0].decode().splitlines()] == [{"text": "a"}, {"text": "b"}]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.fifo"]  # no temporary file left
