@@ -179,7 +179,7 @@ class Watermarker:
         """Generate one text per prompt (in batches), watermarked unless ``watermark=False``.
 
         Same seed, key and configuration give identical texts. ``progress``: True shows a tqdm bar
-        over texts; a callable is called after each denoising step with the texts of the batch (so
+        over texts that moves at every denoising step, with the time left; a callable is called after each denoising step with the texts of the batch (so
         the calls sum to texts × steps).
 
         Raises:
@@ -193,10 +193,13 @@ class Watermarker:
         gen = torch.Generator(device=self.backend.device).manual_seed(int(seed))
         outs = []
         bar = None
-        if progress is True:
+        if progress is True:  # texts done, moved on by each denoising step (a batch's share of a text per step)
             from tqdm.auto import tqdm
 
-            bar = tqdm(total=len(prompts), desc="generating" + (" (watermarked)" if watermark else ""), unit="text")
+            bar = tqdm(total=len(prompts), desc="generating" + (" (watermarked)" if watermark else ""),
+                       bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total_fmt} texts [{elapsed}<{remaining}]")
+            steps = sampler.config.steps
+            progress = lambda k: bar.update(k / steps)  # noqa: E731 - k: texts × steps
         try:
             for i in range(0, len(prompts), batch_size):
                 batch = list(prompts[i : i + batch_size])
@@ -204,8 +207,6 @@ class Watermarker:
                     outs.append(sampler.generate(batch, gen, progress=lambda k, n=len(batch): progress(k * n)))
                 else:
                     outs.append(sampler.generate(batch, gen))
-                if bar is not None:
-                    bar.update(len(outs[-1].texts))
         finally:
             if bar is not None:
                 bar.close()
