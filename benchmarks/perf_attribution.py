@@ -15,19 +15,15 @@ Last line: {"ms": <bank, median>, "bank_mb": ..., ...}
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _perf import add_common_args, interleaved_medians, report, setup  # noqa: E402
-
-from sketchwm.attribution import DirectionBank, integer_sketch  # noqa: E402
-from sketchwm.keys import WatermarkKey  # noqa: E402
-from sketchwm.registry import get_registry  # noqa: E402
+from sketchwm.attribution import DirectionBank, integer_sketch
+from sketchwm.bench.perf import add_common_args, interleaved_medians, report, setup
+from sketchwm.bench.seeds import bench_key
+from sketchwm.registry import get_registry
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     dev = setup(args)
     reg = get_registry()
     scheme = reg.create("scheme", "global-sketch", {"prior": {"source": "uniform"}},
-                        WatermarkKey(b"benchmark key, not a secret!!!!!"), args.vocab, registry=reg)  # bank on CPU
+                        bench_key("perf-attribution", "key", 0), args.vocab, registry=reg)  # bank on CPU
     t0 = time.perf_counter()
     bank = DirectionBank.build(scheme, args.keys)
     build_s = time.perf_counter() - t0

@@ -44,7 +44,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")  # before tokenizers is imported: the tokenizer's own batch parallelism
@@ -52,12 +51,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")  # before tokenizers is 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _perf import add_common_args, interleaved_medians, report, setup  # noqa: E402
-
+from sketchwm.bench.perf import add_common_args, build_input, interleaved, interleaved_medians, report, setup  # noqa: E402
+from sketchwm.bench.seeds import bench_key  # noqa: E402
 from sketchwm.config import DEFAULT_SCHEME  # noqa: E402
 from sketchwm.detection import Detector  # noqa: E402
-from sketchwm.keys import WatermarkKey  # noqa: E402
 from sketchwm.registry import get_registry  # noqa: E402
 
 
@@ -85,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     prior = 1.0 / np.arange(1, V + 1) ** 1.1
     prior = prior[rng.permutation(V)]  # frequent ids spread over the vocabulary
     reg = get_registry()
-    key = WatermarkKey(b"benchmark key, not a secret!!!!!")
+    key = bench_key("perf-detect", "key", 0)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "prior.npy"
         np.save(path, prior * 1e9)
@@ -146,7 +143,6 @@ def text_paths(text_mb: float, repeats: int) -> tuple[list[str], dict]:
     import pyarrow.parquet as pq
     from tokenizers import Tokenizer
 
-    from perf_detect_stream import build_input  # noqa: E402 - the same corpus as the streaming benchmark
     from sketchwm.api import Watermarker
 
     root = Path(__file__).resolve().parents[1]
@@ -191,13 +187,7 @@ def text_paths(text_mb: float, repeats: int) -> tuple[list[str], dict]:
         }
         wm.detect(texts[:64], per_item=True)  # warm the in-process paths (scheme tables, tokenizer)
         tok(texts[:64], add_special_tokens=False)
-        times: dict[str, list[float]] = {k: [] for k in fns}
-        for r in range(repeats):
-            names = list(fns)
-            for name in names[r % len(names):] + names[: r % len(names)]:  # rotating order
-                t0 = time.perf_counter()
-                fns[name]()
-                times[name].append(time.perf_counter() - t0)
+        times = interleaved(fns, repeats, warmup=0, rotate=True)  # rotating order, warmed above
     med = {k: statistics.median(v) for k, v in times.items()}
     mbps = {k: mb / v for k, v in med.items()}
     lines = [f"text: {mb:.2f} MB, {len(texts)} texts, {repeats} rounds (medians)"]

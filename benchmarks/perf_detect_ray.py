@@ -28,8 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from perf_detect_stream import build_input  # noqa: E402
+from sketchwm.bench.perf import build_input
 
 ROOT = Path(__file__).resolve().parents[1]
 COLUMNS = ("i", "status", "error", "score", "z", "p_value", "threshold", "is_watermarked", "n_tokens")

@@ -21,10 +21,8 @@ every child this process has waited for, which run as a script is the detect chi
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
-import random
 import resource
 import shutil
 import subprocess
@@ -34,35 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-HUMAN = ROOT / "sketchwm" / "data" / "human.jsonl.gz"
-
-
-def build_input(path: Path, size_bytes: int, seed: int = 0) -> tuple[int, int]:
-    """Write JSONL records {"text", "i"} to ``path`` until it holds ≥ ``size_bytes`` bytes.
-
-    Returns (records, bytes written). Cheap: the shipped passages are encoded once and the lines
-    are written in shuffled passes (one ``random.shuffle`` of 2,569 items per pass), up to the first
-    line that reaches the size.
-    """
-    with gzip.open(HUMAN, "rt", encoding="utf-8") as fh:
-        texts = [json.loads(line)["text"] for line in fh if line.strip()]
-    bodies = [json.dumps({"text": t})[:-1] for t in texts]  # '{"text": "..."' without the closing brace
-    rng = random.Random(seed)
-    n = written = 0
-    with open(path, "w", encoding="utf-8") as out:
-        while written < size_bytes:
-            rng.shuffle(bodies)
-            lines = []
-            for b in bodies:
-                line = f'{b}, "i": {n}}}\n'  # json.dumps escapes non-ASCII: len() is the byte count
-                lines.append(line)
-                n += 1
-                written += len(line)
-                if written >= size_bytes:
-                    break
-            out.write("".join(lines))
-    return n, written
+from sketchwm.bench.perf import build_input
 
 
 def _poll_rss(pid: int, period: float, peak: list[int], stop: threading.Event) -> None:

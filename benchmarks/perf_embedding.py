@@ -31,19 +31,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _perf import add_common_args, builtin_registry, interleaved, median_ms, setup  # noqa: E402
-
-from sketchwm.bench.machine import machine  # noqa: E402
-from sketchwm.components import DenoiseStep, Marginals  # noqa: E402
-from sketchwm.keys import WatermarkKey  # noqa: E402
+from sketchwm.bench.machine import machine
+from sketchwm.bench.perf import add_common_args, builtin_registry, interleaved, median_ms, setup
+from sketchwm.bench.seeds import bench_key
+from sketchwm.components import DenoiseStep, Marginals
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     dev = setup(args)
     B, G, V = args.batch, args.positions, args.vocab
     reg = builtin_registry()
-    key = WatermarkKey(b"benchmark key, not a secret!!!!!")
+    key = bench_key("perf-embedding", "key", 0)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "prior.npy"
         np.save(path, 1e9 / np.arange(1, V + 1) ** 1.1)

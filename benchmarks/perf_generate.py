@@ -29,27 +29,22 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import hashlib
 import io
 import json
 import math
 import pstats
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _perf import add_common_args, setup  # noqa: E402
-
-from sketchwm.bench.machine import machine  # noqa: E402
-from sketchwm.data import load  # noqa: E402
-from sketchwm.detection import Detector  # noqa: E402
-from sketchwm.engine import MaskedDiffusionSampler  # noqa: E402
-from sketchwm.keys import WatermarkKey  # noqa: E402
-from sketchwm.registry import get_registry  # noqa: E402
+from sketchwm.bench.machine import machine
+from sketchwm.bench.perf import add_common_args, setup
+from sketchwm.bench.seeds import bench_key
+from sketchwm.data import load
+from sketchwm.detection import Detector
+from sketchwm.engine import MaskedDiffusionSampler
+from sketchwm.registry import get_registry
 
 DEFAULT = "global-sketch"
 
@@ -75,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     dev = setup(args)
     reg = get_registry()
     backend = reg.create("backend", args.backend, {"device": str(dev)} if args.backend == "default" else {})
-    key = WatermarkKey(hashlib.sha256(b"sketchwm/benchmarks/perf_generate").digest())
+    key = bench_key("perf-generate", "key", 0)
     cfg = {**(backend.sampler_defaults or {}), "gen_length": args.gen_length}
     if args.remasking:
         cfg["remasking"] = args.remasking

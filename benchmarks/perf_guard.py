@@ -37,9 +37,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -49,8 +47,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _perf import report  # noqa: E402
+from sketchwm.bench.perf import interleaved, report
+from sketchwm.bench.seeds import bench_key
 
 #: detect_batch ÷ a row sort of the same ids: detection (its own sort, gathers, three channels'
 #: p-values) within 1.3 sorts of its input, the level the default reads on one thread, so that a doubled
@@ -102,19 +100,8 @@ def slowed(fn: Callable[[], Any], k: int) -> Callable[[], Any]:
 
 def ratios(check: Check, repeats: int) -> list[float]:
     """Per-repeat subject ÷ reference wall times, alternating which side runs first, after a warm-up."""
-    with torch.no_grad():
-        check.reference()
-        check.subject()
-        out = []
-        for r in range(repeats):
-            t = {}
-            for side in (("reference", "subject") if r % 2 == 0 else ("subject", "reference")):
-                fn = getattr(check, side)
-                t0 = time.perf_counter()
-                fn()
-                t[side] = time.perf_counter() - t0
-            out.append(t["subject"] / t["reference"])
-    return out
+    t = interleaved({"reference": check.reference, "subject": check.subject}, repeats, rotate=True)
+    return [s / r for s, r in zip(t["subject"], t["reference"])]
 
 
 def verdict(ratio: float, budget: float, margin: float = MARGIN, accepted: float | None = None) -> str:
@@ -141,10 +128,9 @@ def embedding_checks(reg: Any) -> list[Check]:
     """``embedding`` and ``embedding-global-sketch`` (module docstring)."""
     from sketchwm.components import DenoiseStep, Marginals
     from sketchwm.config import DEFAULT_SCHEME
-    from sketchwm.keys import WatermarkKey
 
     B, G, V = 1, 256, 126464
-    key = WatermarkKey(b"benchmark key, not a secret!!!!!")
+    key = bench_key("perf-guard", "key", 0)
     with tempfile.TemporaryDirectory() as tmp:
         prior = _prior_file(tmp, V)
         default = reg.create("scheme", DEFAULT_SCHEME, _with_prior(DEFAULT_SCHEME, prior), key, V, device=torch.device("cpu"),
@@ -175,10 +161,9 @@ def generation_checks(reg: Any) -> list[Check]:
     from sketchwm.config import DEFAULT_SCHEME
     from sketchwm.data import load
     from sketchwm.engine import MaskedDiffusionSampler
-    from sketchwm.keys import WatermarkKey
 
     backend = reg.create("backend", "default", {"device": "cpu"})
-    key = WatermarkKey(hashlib.sha256(b"sketchwm/benchmarks/perf_guard").digest())
+    key = bench_key("perf-guard", "key", 0)
     scheme = reg.create("scheme", DEFAULT_SCHEME, {}, key, backend.vocab_size, device=backend.device)
     prompts = list(load("prompts"))[:2]
     out = []
@@ -199,14 +184,13 @@ def detection_checks(reg: Any) -> list[Check]:
     """``detect`` (module docstring)."""
     from sketchwm.config import DEFAULT_SCHEME
     from sketchwm.detection import Detector
-    from sketchwm.keys import WatermarkKey
 
     class _NoTokenizer:
         def get_vocab(self) -> dict[str, int]:
             return {}
 
     V, B, N = 126464, 4096, 256
-    key = WatermarkKey(b"benchmark key, not a secret!!!!!")
+    key = bench_key("perf-guard", "key", 0)
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as tmp:
         prior = _prior_file(tmp, V)

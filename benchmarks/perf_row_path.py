@@ -19,17 +19,16 @@ Last line: one JSON object {scheme: median ratio to unwatermarked}.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import statistics
 import time
 
 import torch
 
+from sketchwm.bench.seeds import bench_key
 from sketchwm.components import MarginalReads
 from sketchwm.data import load
 from sketchwm.engine import FullCanvasMarginals, MaskedDiffusionSampler
-from sketchwm.keys import WatermarkKey
 from sketchwm.registry import get_registry
 
 
@@ -57,7 +56,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     reg = get_registry()
     backend = reg.create("backend", "default")
-    key = WatermarkKey(hashlib.sha256(b"sketchwm/benchmarks/perf_row_path").digest())
+    key = bench_key("perf-row-path", "key", 0)
     cfg = {"gen_length": args.gen_length}
     prompts = list(load("prompts"))[: args.batch]
     variants: list[tuple[str, str, str]] = []  # (label, scheme, variant: "" | "masked reads" | "full canvas")

@@ -23,7 +23,6 @@ Each reads a :class:`Run` (the benchmark context of the run, its plan and its re
 from __future__ import annotations
 
 import json
-import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +32,7 @@ import pandas as pd
 import torch
 
 from ..bench.matched import Estimate, at_kl, curves, estimate
+from ..bench.perf import interleaved
 from ..bench.seeds import derive_seed
 from .config import ROBUSTNESS_EDITS, ScorecardConfig
 from .lines import Line, clopper_pearson
@@ -318,18 +318,6 @@ def null(run: Run) -> list[Line]:
 
 
 # ---------------------------------------------------------------------------------------------- speed
-def _interleaved(fns: dict[str, Any], repeats: int) -> dict[str, list[float]]:
-    """Wall seconds of each function, called in turn ``repeats`` times after one warm-up round."""
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for r in range(repeats + 1):
-        for k, f in fns.items():
-            t0 = time.perf_counter()
-            f()
-            if r:
-                times[k].append(time.perf_counter() - t0)
-    return times
-
-
 def speed(run: Run) -> list[Line]:
     """Generation time ratio per regime and detection throughput (module doc). The interval is the range over
     repeats, a spread, not a confidence interval: where the tier gates only on decisive lines the speed lines
@@ -346,7 +334,7 @@ def speed(run: Run) -> list[Line]:
         seed = derive_seed(run.cfg.seed, "scorecard-speed", regime)
         fns = {"wm": lambda: ctx.generate(0, t.length, prompts, ctx.scheme(unit), seed, regime=ri),
                "plain": lambda: ctx.generate(0, t.length, prompts, None, seed, regime=ri)}
-        tm = _interleaved(fns, t.speed_repeats)
+        tm = interleaved(fns, t.speed_repeats, ctx.backend(0).device)
         r = np.array(tm["wm"]) / np.array(tm["plain"])
         out.append(Line(f"speed: generation time watermarked / unwatermarked, {regime}",
                         float(np.median(tm["wm"]) / np.median(tm["plain"])), *spread(r), len(r), 1.2, "<=", "ratio",
@@ -359,7 +347,7 @@ def speed(run: Run) -> list[Line]:
     x, valid = pad_ids(ids)
     x, valid = x.to(scheme.device), valid.to(scheme.device)
     n_tok = int(valid.sum())
-    secs = _interleaved({"detect": lambda: scheme.score_ids(x, valid)}, max(3, t.speed_repeats))["detect"]
+    secs = interleaved({"detect": lambda: scheme.score_ids(x, valid)}, max(3, t.speed_repeats), scheme.device)["detect"]
     tps = np.array([n_tok / s for s in secs])
     out.append(Line("speed: detection on token ids", float(np.median(tps)), *spread(tps), len(tps), 5e7, ">=", "tokens/s",
                     detail={"tokens_per_call": n_tok, "range": [float(tps.min()), float(tps.max())]}))
