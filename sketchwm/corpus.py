@@ -163,11 +163,15 @@ def records_table(records: list[dict[str, Any]]) -> Any:
 
 
 def annotate_table(table: Any, cols: dict[str, list[Any]], detection: dict[str, Any]) -> Any:
-    """``table`` (the input records) without the owned columns, then the detection columns."""
+    """``table`` (the input records) without the owned columns, then the detection columns; an input column
+    whose type holds a struct without fields (Parquet cannot write one) is kept as JSON text."""
     import pyarrow as pa
 
     keep = [c for c in table.column_names if c not in OWNED_COLUMNS and c not in cols]
     out = table.select(keep)
+    for i, name in enumerate(keep):  # a struct without fields (an empty object in JSONL) cannot go to Parquet
+        if _empty_struct(out.schema.field(i).type):
+            out = out.set_column(i, name, _arrow_column(out.column(i).to_pylist()))
     n = out.num_rows if keep else len(next(iter(cols.values())))
     arrays = [_owned_array(v, _TYPES.get(c, "float64")) for c, v in cols.items()]
     arrays.append(_owned_array([json.dumps(detection, sort_keys=True)] * n, "string"))
