@@ -318,22 +318,24 @@ class RunContext:
                     "kl_sampled_per_text": kl_sampled_per_text}
         return self._get(("unit", unit), build)
 
-    def stolen_texts(self, unit: Unit, train_n: int) -> tuple[list[str], list[str]]:
-        """The thief's data: the unit's first ``train_n`` watermarked texts (made once, every N reuses
-        them) and as many unwatermarked samples of the model (shared by schemes and keys)."""
-        train = self._get(("steal-train", unit), lambda: self.generate(unit.backend, unit.length, self.prompts(
-            unit.prompt_set)["steal_train"], self.scheme(unit), _seed(self.cfg.seed, "steal", unit), regime=unit.regime)[0])
-        ref = self.null_texts(unit.backend, unit.length, unit.prompt_set, "steal_ref", unit.regime)
-        return train[:train_n], ref[:train_n]
 
-    def stealer(self, unit: Unit, train_n: int) -> Any:
-        """The ``steal-scrub`` attack's stealer (Jovanović et al. 2024) fitted on :meth:`stolen_texts`."""
-        def build() -> Any:
-            train, ref = self.stolen_texts(unit, train_n)
-            scrub = self.registry.create("attack", "steal-scrub", None, backend=self.backend(unit.backend),
-                                         watermarked_texts=train, reference_texts=ref)
-            return scrub.stealer
-        return self._get(("stealer", unit, train_n), build)
+def stolen_texts(ctx: RunContext, unit: Unit, train_n: int) -> tuple[list[str], list[str]]:
+    """The thief's data: the unit's first ``train_n`` watermarked texts (made once, every N reuses
+    them) and as many unwatermarked samples of the model (shared by schemes and keys); cached in ``ctx``."""
+    train = ctx._get(("steal-train", unit), lambda: ctx.generate(unit.backend, unit.length, ctx.prompts(
+        unit.prompt_set)["steal_train"], ctx.scheme(unit), _seed(ctx.cfg.seed, "steal", unit), regime=unit.regime)[0])
+    ref = ctx.null_texts(unit.backend, unit.length, unit.prompt_set, "steal_ref", unit.regime)
+    return train[:train_n], ref[:train_n]
+
+
+def stealer(ctx: RunContext, unit: Unit, train_n: int) -> Any:
+    """The ``steal-scrub`` attack's stealer (Jovanović et al. 2024) fitted on :func:`stolen_texts`; cached in ``ctx``."""
+    def build() -> Any:
+        train, ref = stolen_texts(ctx, unit, train_n)
+        scrub = ctx.registry.create("attack", "steal-scrub", None, backend=ctx.backend(unit.backend),
+                                    watermarked_texts=train, reference_texts=ref)
+        return scrub.stealer
+    return ctx._get(("stealer", unit, train_n), build)
 
 
 def keyed_scheme(ctx: RunContext, unit: Unit, key: WatermarkKey) -> Any:
@@ -465,7 +467,7 @@ def _cell_data(ctx: RunContext, cell: Cell, ud: dict[str, Any] | None) -> tuple[
         if cell.kind == "attack":
             atk = ctx.attack(unit.backend, cell.attack, cell.attack_params)
         else:
-            atk = ctx.attack(unit.backend, "steal-scrub", cell.attack_params, stealer=ctx.stealer(unit, cell.train_n))
+            atk = ctx.attack(unit.backend, "steal-scrub", cell.attack_params, stealer=stealer(ctx, unit, cell.train_n))
             kw["reference_scores"] = base.scores[: cell.n]
             kw["reference_tokens"] = base.n_tokens[: cell.n]
             kw["reference_analytic"] = {a: v[: cell.n] for a, v in base.analytic.items()}
@@ -475,7 +477,7 @@ def _cell_data(ctx: RunContext, cell: Cell, ud: dict[str, Any] | None) -> tuple[
         extras["similarity"] = kw["similarity"]
         extras["edit_fraction"] = np.array(out.edit_fraction, dtype=np.float64)
     elif cell.kind == "spoof" and cell.attack != "steal-spoof":  # a text spoofer forges human passages
-        train, ref = ctx.stolen_texts(unit, cell.train_n)
+        train, ref = stolen_texts(ctx, unit, cell.train_n)
         atk = ctx.attack(unit.backend, cell.attack, cell.attack_params, watermarked_texts=train, reference_texts=ref)
         out = atk.apply(human_passages(ctx)[: cell.n], cell.strength, gen)
         sc = ctx.score(unit, out.texts)
@@ -483,7 +485,7 @@ def _cell_data(ctx: RunContext, cell: Cell, ud: dict[str, Any] | None) -> tuple[
         if ctx.cfg.stealing.unrelated_keys:
             extras["unrelated_flagged"] = unrelated_rate(ctx, unit, sc.ids)
     elif cell.kind == "spoof":
-        st = ctx.stealer(unit, cell.train_n)
+        st = stealer(ctx, unit, cell.train_n)
         prompts = ctx.prompts(unit.prompt_set)["null_fpr"][: cell.n]  # prompts the watermark never saw
         out = st.spoof(ctx.backend(unit.backend), prompts, gen, delta=cell.strength,
                        sampler_config=ctx.sampler_config(unit.backend, unit.length, unit.regime))
