@@ -48,7 +48,7 @@ from sketchwm.errors import InputError
 
 from .base import AttackParams, EditResult, TextAttack, n_edits, sample_positions
 
-__all__ = ["DocFrequencyConfig", "DocFrequencyStealer", "ClusteredStealer", "StolenInsertion", "StolenSubstitution",
+__all__ = ["DocFrequencyConfig", "two_proportion_z", "DocFrequencyStealer", "ClusteredStealer", "StolenInsertion", "StolenSubstitution",
            "document_frequency"]
 
 
@@ -75,6 +75,16 @@ def document_frequency(docs: Sequence[Sequence[int]], vocab_size: int) -> torch.
     if int(flat.min()) < 0 or int(flat.max()) >= vocab_size:
         raise InputError(f"token id outside the vocabulary [0, {vocab_size})")
     return torch.bincount(flat, minlength=vocab_size)
+
+
+def two_proportion_z(cw: torch.Tensor, cb: torch.Tensor, nw: int, nb: int, smoothing: float) -> torch.Tensor:
+    """The pooled two-proportion z statistic of eq. (1): (cw/nw − cb/nb) / (p̄(1 − p̄)(1/nw + 1/nb))^{1/2},
+    p̄ = (cw + cb + a)/(nw + nb + 2a), for document counts cw, cb (same shape, float64) out of nw and
+    nb documents; returns a float64 tensor of that shape (Jovanović et al. 2024, with document counts).
+    """
+    pooled = (cw + cb + smoothing) / (nw + nb + 2 * smoothing)
+    se = (pooled * (1 - pooled) * (1.0 / nw + 1.0 / nb)).sqrt()
+    return (cw / nw - cb / nb) / se
 
 
 class DocFrequencyStealer:
@@ -107,9 +117,7 @@ class DocFrequencyStealer:
         V, a = self.vocab_size, self.config.smoothing
         cw = document_frequency(watermarked, V).double()  # (V,)
         cb = document_frequency(reference, V).double()  # (V,)
-        pooled = (cw + cb + a) / (nw + nb + 2 * a)  # (V,)
-        se = (pooled * (1 - pooled) * (1.0 / nw + 1.0 / nb)).sqrt()  # (V,)
-        s = (cw / nw - cb / nb) / se  # (V,)
+        s = two_proportion_z(cw, cb, nw, nb, a)  # (V,)
         self.token_score = torch.where(cw >= self.config.min_docs, s, torch.full_like(s, float("-inf")))
         self.n_watermarked = nw
         return self

@@ -43,7 +43,7 @@ from pydantic import Field
 from sketchwm.errors import InputError
 
 from .base import AttackParams, EditResult, TextAttack, n_edits, sample_positions
-from .forgery import ClusteredStealer, DocFrequencyConfig, DocFrequencyStealer
+from .forgery import ClusteredStealer, DocFrequencyConfig, DocFrequencyStealer, two_proportion_z
 from .stealing import StealerConfig, WatermarkStealer
 
 __all__ = ["PairStealer", "PairInsertion", "PairSubstitution", "GenerationSpoof", "AdaptiveThief", "pair_keys"]
@@ -111,9 +111,7 @@ class PairStealer:
         if kb.numel() and kw.numel():
             pos = torch.searchsorted(kb, kw).clamp(max=kb.numel() - 1)
             cb = torch.where(kb[pos] == kw, cb_all[pos].double(), cb)
-        pooled = (cw + cb + a) / (nw + nb + 2 * a)  # (K,)
-        se = (pooled * (1 - pooled) * (1.0 / nw + 1.0 / nb)).sqrt()  # (K,)
-        self.keys, self.score, self.n_watermarked = kw, (cw / nw - cb / nb) / se, nw
+        self.keys, self.score, self.n_watermarked = kw, two_proportion_z(cw, cb, nw, nb, a), nw  # (K,)
         return self
 
     def ranked(self, k: int | None = None) -> torch.Tensor:
