@@ -115,19 +115,19 @@ def test_the_stop_token_and_begin_reach_every_part():
     assert all(m.stop_token_id == 11 for m in family.members)
 
 
-def test_the_default_reports_its_three_channels():
-    """global-sketch-green: channels ``sketch``, ``green``, ``keyed-sampling`` (two under ``sampling: free``),
-    each the p-value and z of the scheme it names."""
+def test_the_default_reports_its_channels():
+    """global-sketch-green: channels ``sketch``, ``green`` (the default, ``sampling: free``) and
+    ``keyed-sampling`` under ``sampling: keyed``, each the p-value and z of the scheme it names."""
     reg = get_registry()
     sketch = {"prior": {"source": "uniform"}, "coverage_full": 0.25}
-    default = reg.create("scheme", "global-sketch-green", {"sketch": sketch}, KEY, V)
+    default = reg.create("scheme", "global-sketch-green", {"sketch": sketch, "sampling": "keyed"}, KEY, V)
     ids = torch.randint(5, V, (12, 48), generator=torch.Generator().manual_seed(4))
     valid = torch.ones_like(ids, dtype=torch.bool)
     out = default.score_ids(ids, valid)
     assert list(out.channels) == ["sketch", "green", "keyed-sampling"]
     for c, s in zip(default.channels, default.channel_scores(ids, valid)):
         assert torch.equal(out.channels[c.name][0], s.p_value.double().cpu())
-    free = reg.create("scheme", "global-sketch-green", {"sketch": sketch, "sampling": "free"}, KEY, V)
+    free = reg.create("scheme", "global-sketch-green", {"sketch": sketch}, KEY, V)
     assert list(free.score_ids(ids, valid).channels) == ["sketch", "green"] and free.noise == "sampler"
     assert default.noise == "keyed" and default.reads == MarginalReads.masked()
 

@@ -1,8 +1,8 @@
-"""What a new user meets (issue 39): every detection explains itself, inputs are read for what they are,
+"""What a new user meets: every detection explains itself, inputs are read for what they are,
 a wrong key or calibration is named, and every error names a fix.
 
 The CLI runs in-process on the tiny random BERT (:mod:`cli_tiny`), with the default scheme where the
-test is about it (a combined scheme: sketch, green and keyed-sampling channels).
+test is about it (a combined scheme: sketch and green channels).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def test_detect_json_on_the_default_scheme_shows_each_channel_and_an_explanation
     assert len(recs) == 3
     for r in recs:
         channels = {k[:-len("_p_value")] for k in r if k.endswith("_p_value")}
-        assert channels == {"sketch", "green", "keyed_sampling"}, sorted(r)
+        assert channels == {"sketch", "green"}, sorted(r)
         for c in channels:
             assert 0.0 <= r[f"{c}_p_value"] <= 1.0 and r[f"{c}_z"] is not None
         assert r["deciding_channel"] is not None and r["deciding_channel"].replace("-", "_") in channels

@@ -110,12 +110,14 @@ def test_combined_pvalue_holds_its_level_over_keys():
     assert 0.0 < mean <= 0.05 + 3 * (0.05 * 0.95 / (200 * 40)) ** 0.5, mean
 
 
-def _rate_over_keys(ids: torch.Tensor, sketch: dict, first_key: int, n_keys: int = 200, alpha: float = 0.05) -> float:
+def _rate_over_keys(ids: torch.Tensor, sketch: dict, first_key: int, n_keys: int = 200, alpha: float = 0.05,
+                    sampling: str = "free") -> float:
     """Mean over ``n_keys`` keys of the fraction of ``ids`` (B, N) whose combined p-value is ≤ α."""
     valid = torch.ones_like(ids, dtype=torch.bool)
     rates = []
     for i in range(n_keys):
-        both = get_registry().create("scheme", "global-sketch-green", {"sketch": sketch}, _key(first_key + i), V)
+        both = get_registry().create("scheme", "global-sketch-green", {"sketch": sketch, "sampling": sampling},
+                                     _key(first_key + i), V)
         rates.append(float((both.score_ids(ids, valid).p_value <= alpha).double().mean()))
     return sum(rates) / len(rates)
 
@@ -274,14 +276,15 @@ def test_weighted_bonferroni_checks_its_weights():
 
 
 def test_keyed_sampling_channel_is_a_third_bonferroni_share():
-    """``sampling: keyed`` (the default): p = min(1, p_s/((1 − a)w), p_g/(1 − w), p_k/(a·w)), p_k the
-    aar-gumbel p-value under the domain-separated subkey; ``sampling: free`` has two channels."""
+    """``sampling: keyed``: p = min(1, p_s/((1 − a)w), p_g/(1 − w), p_k/(a·w)), p_k the
+    aar-gumbel p-value under the domain-separated subkey; ``sampling: free`` (the default) has two channels."""
     key = _key(9)
     sk = {**SKETCH, "delta": 0.75, "coverage_full": 0.25}
     reg = get_registry()
-    both = reg.create("scheme", "global-sketch-green", {"sketch": sk, "sampling_weight": 0.3}, key, V)
+    both = reg.create("scheme", "global-sketch-green", {"sketch": sk, "sampling_weight": 0.3, "sampling": "keyed"},
+                      key, V)
     assert both.noise == "keyed" and both.sampling_channel is not None
-    free = reg.create("scheme", "global-sketch-green", {"sketch": sk, "sampling": "free"}, key, V)
+    free = reg.create("scheme", "global-sketch-green", {"sketch": sk}, key, V)
     assert free.noise == "sampler" and free.sampling_channel is None and len(free.channel_scores(
         torch.randint(5, V, (2, 30)), torch.ones(2, 30, dtype=torch.bool))) == 2
     gumbel = reg.create("scheme", "aar-gumbel", {"repeats": "fresh"}, key.subkey(SAMPLING_DOMAIN), V)
@@ -300,16 +303,18 @@ def test_keyed_sampling_channel_is_a_third_bonferroni_share():
 
 
 def test_three_channel_pvalue_holds_its_level_over_keys():
-    """The default's three channels on text independent of the key (half diverse, half repetitive):
-    over 200 keys × 40 texts the rate at α = 0.05 is within binomial noise of at most α, and not zero."""
-    mean = _rate_over_keys(_mixed_coverage_ids(6), {**SKETCH, "coverage_full": 0.25}, first_key=5000)
+    """The three channels of ``sampling: keyed`` on text independent of the key (half diverse, half
+    repetitive): over 200 keys × 40 texts the rate at α = 0.05 is within binomial noise of at most α,
+    and not zero."""
+    mean = _rate_over_keys(_mixed_coverage_ids(6), {**SKETCH, "coverage_full": 0.25}, first_key=5000, sampling="keyed")
     assert 0.0 < mean <= 0.05 + 3 * (0.05 * 0.95 / (200 * 40)) ** 0.5, mean
 
 
 def _keyed_generation(tiny, params: dict, seed: int = 0):
     from sketchwm.engine import MaskedDiffusionSampler
 
-    scheme = get_registry().create("scheme", "global-sketch-green", {"sketch": {"prior": {"source": "uniform"}}, **params},
+    scheme = get_registry().create("scheme", "global-sketch-green",
+                                   {"sketch": {"prior": {"source": "uniform"}}, "sampling": "keyed", **params},
                                    _key(10), tiny.vocab_size)
     sampler = MaskedDiffusionSampler(tiny, {"gen_length": 48, "block_length": 48, "steps": 24, "temperature": 1.0,
                                             "stop_at_eos": False}, scheme)
@@ -339,15 +344,23 @@ def test_keyed_sampling_marks_generated_text_and_keys_each_context_once(tiny):
 
 
 def test_user_loop_runs_the_default_tilt_alone_with_a_warning(tiny):
-    """A logits hook cannot supply keyed noise: the default (keyed sampling) is accepted with a warning
-    and tilts as the engine would; a scheme that is nothing without its noise (aar-gumbel) is refused."""
+    """A logits hook cannot supply keyed noise: the default (the sampler's noise) is accepted silently,
+    ``sampling: keyed`` with a warning (it tilts as the engine would); a scheme that is nothing without
+    its noise (aar-gumbel) is refused."""
+    import warnings
+
     from sketchwm.errors import ConfigError
     from sketchwm.userloop import LogitsTilter
 
-    default = get_registry().create("scheme", "global-sketch-green", {"sketch": {"prior": {"source": "uniform"}}},
-                                    _key(11), tiny.vocab_size)
+    def make(**over):
+        return get_registry().create("scheme", "global-sketch-green", {"sketch": {"prior": {"source": "uniform"}}, **over},
+                                     _key(11), tiny.vocab_size)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        LogitsTilter(make(), tiny, steps=8)
     with pytest.warns(UserWarning, match="keyed sampling noise"):
-        LogitsTilter(default, tiny, steps=8)
+        LogitsTilter(make(sampling="keyed"), tiny, steps=8)
     with pytest.raises(ConfigError, match="replaces the sampling noise"):
         LogitsTilter(get_registry().create("scheme", "aar-gumbel", {}, _key(11), tiny.vocab_size), tiny, steps=8)
 
@@ -365,8 +378,8 @@ def test_keyed_channel_scores_the_sketchs_kept_tokens_only(tmp_path):
           "sketch": {"name": "count-sketch", "params": {"d": 4, "w": 64, "counting": "presence", "exclude_top": 20}}}
     key = _key(12)
     reg = get_registry()
-    kept = reg.create("scheme", "global-sketch-green", {"sketch": sk}, key, V)
-    every = reg.create("scheme", "global-sketch-green", {"sketch": sk, "keyed_scores": "all"}, key, V)
+    kept = reg.create("scheme", "global-sketch-green", {"sketch": sk, "sampling": "keyed"}, key, V)
+    every = reg.create("scheme", "global-sketch-green", {"sketch": sk, "keyed_scores": "all", "sampling": "keyed"}, key, V)
     assert int(kept.sketch_channel.sketch.keep[5:25].sum()) == 0 and bool(kept.sketch_channel.sketch.keep[25:].all())
     g = torch.Generator().manual_seed(2)
     ids = torch.randint(5, V, (30, 40), generator=g)

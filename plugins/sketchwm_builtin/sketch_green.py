@@ -1,7 +1,8 @@
-"""``global-sketch-green``: the global sketch, a context-keyed green list and keyed sampling on one text.
+"""``global-sketch-green``: the global sketch and a context-keyed green list on one text.
 
 The default scheme (:data:`sketchwm.config.DEFAULT_SCHEME`): a :class:`~sketchwm.channels.CombinedScheme`
-of three channels, each a registered scheme under its own key.
+of two channels (a third, keyed sampling, under ``sampling: keyed``), each a registered scheme under
+its own key.
 
 * ``sketch``: the global sketch of the seed paper (:class:`GlobalSketchScheme` under the key itself):
   the exponential tilt of eq. 7 along the residual gradient of the expected sketch (eq. 5-6), its
@@ -13,8 +14,8 @@ of three channels, each a registered scheme under its own key.
   under ``key.subkey(GREEN_DOMAIN)``): the logit increment δ_g·∂J/∂p along the gradient of the
   expected green score J, read at the untilted marginals, times the handover share 1 − min(1, c/c*).
   Tested by the exact binomial tail of the green count over distinct (context, token) pairs.
-* ``keyed-sampling``: Gumbel-max sampling with uniforms keyed on each token's context (Aaronson 2022;
-  Kuditipudi et al. 2023, arXiv 2307.15593: :class:`AARGumbelScheme` under
+* ``keyed-sampling`` (``sampling: keyed`` only): Gumbel-max sampling with uniforms keyed on each
+  token's context (Aaronson 2022; Kuditipudi et al. 2023, arXiv 2307.15593: :class:`AARGumbelScheme` under
   ``key.subkey(SAMPLING_DOMAIN)``, each context hash keyed at most once per text), which leaves the
   tilted marginals unchanged over keys. Tested by the exact Gamma(n, 1) tail of Aaronson's score over
   the distinct pairs whose token the sketch keeps.
@@ -22,10 +23,12 @@ of three channels, each a registered scheme under its own key.
 Embedding: p̃_i(v) ∝ p_i(v)·exp(s·η_t·m·a(v) + s·δ_g·(1 − m)·∂J/∂p_i(v)), m = min(1, c/c*),
 s = ``scale``: the two tilts share one budget per text, the sketch taking it where the sampled
 marginals leave many distinct kept tokens to read, the green lists where they leave few (low
-temperature, repetitive text). Tokens are drawn from p̃ with the keyed noise.
+temperature, repetitive text). Tokens are drawn from p̃ with the sampler's noise (``sampling: free``)
+or the keyed noise (``sampling: keyed``).
 
 Detection: p = min(1, p_s/((1 − a)·w), p_g/(1 − w), p_k/(a·w)), the weighted Bonferroni bound
-(:func:`sketchwm.multiple_testing.weighted_bonferroni`), a = ``sampling_weight``, w = f + (1 − 2f)·
+(:func:`sketchwm.multiple_testing.weighted_bonferroni`), a = ``sampling_weight`` (a = 0 and no p_k
+term without keyed sampling), w = f + (1 − 2f)·
 min(1, ĉ/c*) per text from its observed coverage ĉ = n_d/N (distinct kept tokens per token),
 f = ``weight_floor``. P(p ≤ α) ≤ α on text written without the key whenever each channel's p-value is
 valid given ĉ, under any dependence between the channels (per-text weights: Bourgon, Gentleman & Huber
@@ -38,7 +41,7 @@ Examples:
     >>> scheme = get_registry().create("scheme", "global-sketch-green", {"sketch": {"prior": {"source": "uniform"}}},
     ...                                WatermarkKey(bytes(32)), 1000)
     >>> [c.name for c in scheme.channels]
-    ['sketch', 'green', 'keyed-sampling']
+    ['sketch', 'green']
 """
 
 from __future__ import annotations
@@ -86,8 +89,11 @@ class SketchGreenParams(StrictModel):
         weight_floor: f ∈ (0, 0.5], the least share of α the green channel, and the sketch and keyed
             channels together, keep under ``coverage`` weighting (default 0.1: a text whose coverage an
             adversary moves, e.g. by flooding one token, is still tested by each at level ≥ α/10).
-        sampling: ``keyed`` (default): the keyed-sampling channel draws the tokens; ``free``: the
-            sampler's own noise (two channels).
+        sampling: ``free`` (default): the sampler's own noise draws the tokens (two channels, ``sketch``
+            and ``green``); ``keyed``: a third channel, keyed sampling, draws them. Keyed noise under one
+            fixed key is the same for every sample of a prompt, so samples of one prompt share tokens
+            where the context repeats (the first generated token above all) and a thief who counts
+            (context, token) pairs learns it; the default leaves it off.
         keyed: the keyed-sampling channel's :class:`AARGumbelParams` (default context {−1},
             ``repeats: fresh``: a context hash is keyed at most once per text).
         keyed_scores: the pairs the keyed channel's test scores: ``kept`` (default) those whose token
@@ -105,7 +111,7 @@ class SketchGreenParams(StrictModel):
     weighting: Literal["coverage", "fixed"] = "coverage"
     weight: float = Field(0.5, gt=0, lt=1)
     weight_floor: float = Field(0.1, gt=0, le=0.5)
-    sampling: Literal["keyed", "free"] = "keyed"
+    sampling: Literal["keyed", "free"] = "free"
     keyed: AARGumbelParams = AARGumbelParams(repeats="fresh")
     keyed_scores: Literal["kept", "all"] = "kept"
     sampling_weight: float = Field(0.2, gt=0, lt=1)
@@ -113,7 +119,7 @@ class SketchGreenParams(StrictModel):
 
 
 class SketchGreenScheme(CombinedScheme):
-    """The global sketch, a context-keyed green list and keyed sampling on one text (module doc).
+    """The global sketch and a context-keyed green list on one text, optionally keyed sampling (module doc).
 
     Args:
         params: :class:`SketchGreenParams`.
@@ -135,6 +141,7 @@ class SketchGreenScheme(CombinedScheme):
     """
 
     name = "global-sketch-green"
+    version = "2"  # bumped by every change of what a setting generates or detects
     Params = SketchGreenParams
     strength = Strength("scale", (0.25, 0.5, 1.0, 1.5, 2.0))  # s, both tilts' strengths; default 1
     noise_required = False
