@@ -4,8 +4,8 @@ The leaderboard's KL axis is KL(p̃‖p) of the logits before the temperature. T
 softmax(l/T); below T = 1 the temperature magnifies sparse large logit shifts more than diffuse small
 ones, so two schemes equal on the axis can distort the sampling distribution unequally. For each
 (regime, scheme) this generates ``--n`` development prompts (the shipped ``human`` passages, first 20
-words) × ``--length`` tokens on the default model under one key, wraps the scheme's
-``process_logits`` and records, at every sampled row: KL before the temperature, KL after dividing
+words) × ``--length`` tokens on the default model under one key and records, through a sampler
+observer (:class:`sketchwm.observers.TiltObserver`), at every sampled row: KL before the temperature, KL after dividing
 both logit sets by T, and whether the tilt changed the argmax; then the median detection p-value.
 
     python benchmarks/kl_temperature.py
@@ -19,6 +19,8 @@ import sys
 
 import torch
 
+from sketchwm.observers import TiltObserver
+
 #: the leaderboard's named regimes (:data:`sketchwm.bench.config.REGIMES`) measured here
 REGIME_NAMES = ("llada-blocks-t0.5", "mdlm-random-t1")
 SCHEMES = {"global-sketch": {"delta": 0.5}, "red-green-dlm": {"delta": 2.0}}
@@ -28,6 +30,20 @@ def _kl(base: torch.Tensor, out: torch.Tensor, tau: float) -> torch.Tensor:
     """KL(softmax(out/τ) ‖ softmax(base/τ)) per row: (M, V) → (M,) float64 nats."""
     lp, lq = torch.log_softmax(base.double() / tau, -1), torch.log_softmax(out.double() / tau, -1)
     return (lq.exp() * (lq - lp).nan_to_num(0.0, 0.0, 0.0)).sum(-1)
+
+
+class TiltKL(TiltObserver):
+    """Sampler observer: per sampled row, the KL before (``pre``) and after (``post``) the temperature ``T``
+    and whether the tilt changed the argmax (``flip``); lists of (M,) float64 tensors, one per step."""
+
+    def __init__(self, T: float):
+        self.T, self.pre, self.post, self.flip = T, [], [], []
+
+    def on_tilt(self, step, before, after, uniforms):
+        sel = step.marginals.target_valid  # (B, K)
+        self.pre.append(_kl(before[sel], after[sel], 1.0))
+        self.post.append(_kl(before[sel], after[sel], self.T))
+        self.flip.append((before[sel].argmax(-1) != after[sel].argmax(-1)).double())
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
@@ -51,20 +67,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
             wm = Watermarker(key, {"scheme": {"name": name, "params": params}})
             sampler = wm.sampler(True, gen_length=args.length, steps=args.steps,
                                  **{**samp, "block_length": samp["block_length"] or args.length})
-            pre, post, flip = [], [], []
-            hook = sampler.scheme.process_logits
-
-            def wrapped(step, hook=hook, pre=pre, post=post, flip=flip, T=T):
-                base = step.marginals.target_logits().detach().clone()  # (B, K, V) before the tilt
-                out = hook(step)
-                sel = step.marginals.target_valid  # (B, K)
-                pre.append(_kl(base[sel], out[sel], 1.0))
-                post.append(_kl(base[sel], out[sel], T))
-                flip.append((base[sel].argmax(-1) != out[sel].argmax(-1)).double())
-                return out
-
-            sampler.scheme.process_logits = wrapped
-            gen = sampler.generate(prompts, torch.Generator().manual_seed(0))
+            rec = TiltKL(T)
+            gen = sampler.generate(prompts, torch.Generator().manual_seed(0), observers=[rec])
+            pre, post, flip = rec.pre, rec.post, rec.flip
             p = wm.detect(gen.texts).p_value
             row = {"regime": regime, "scheme": name, "params": params, "kl_pre_T": float(torch.cat(pre).mean()),
                    "kl_post_T": float(torch.cat(post).mean()), "argmax_changed": float(torch.cat(flip).mean()),

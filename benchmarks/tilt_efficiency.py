@@ -41,6 +41,8 @@ import math
 
 import numpy as np
 
+from sketchwm.observers import TiltObserver
+
 Z_TPR90_FPR1 = 2.3263478740408408 + 1.2815515655446004  # z_.99 + z_.9
 Z_FLOOR = -7.0  # z of p = 1 − 1e-12, the clip: a median at the floor is a median p-value of 1
 
@@ -138,6 +140,31 @@ def from_results(folders: list[str], max_kl: float) -> None:
                 print(f"  = {c.name} pooled | | | | {e:.3f} | {_kl_fmt(Z_TPR90_FPR1 ** 2 / (2.0 * n * e))}")
 
 
+class RhoRecorder(TiltObserver):
+    """Sampler observer: at every sampled row, ρ = Var_p(c)/σ₀² (``rho``) and KL(p̃‖p) (``kl``) of the
+    distributions the token is drawn from (after the step's temperature); lists of (M,) float64 tensors.
+
+    Args:
+        c: (V,) float64 token weights of the detector; var0: σ₀², the null's variance of T per token.
+    """
+
+    def __init__(self, c, var0: float):
+        self.c, self.var0, self.rho, self.kl = c, var0, [], []
+
+    def on_tilt(self, step, before, after, uniforms):
+        import torch
+
+        from sketchwm.bench.recorders import kl_rows
+
+        rows = step.marginals.target_valid
+        T = getattr(step, "temperature", None)
+        t = T if T is not None and T > 0 else 1.0
+        p = torch.softmax(before[rows].double() / t, -1)  # (M, V)
+        cv = self.c[: p.shape[1]]
+        self.rho.append(((p @ cv ** 2 - (p @ cv) ** 2) / self.var0).cpu())  # Var_p(c_k) / σ₀² per row
+        self.kl.append(kl_rows(before[rows] / t, after[rows] / t).cpu())
+
+
 def measure(regimes: list[str], n: int, length: int, deltas: list[float], params: dict | None = None,
             seed: int = 0, key_seed: int | None = None) -> None:
     """Generate with ``global-sketch`` at each δ in each regime and print ρ̄ of its statistic beside E.
@@ -155,7 +182,7 @@ def measure(regimes: list[str], n: int, length: int, deltas: list[float], params
 
     from sketchwm.api import Watermarker
     from sketchwm.bench.config import BenchConfig
-    from sketchwm.bench.runner import RunContext, _kl_rows
+    from sketchwm.bench.runner import RunContext
 
     cfg = BenchConfig.model_validate({
         "name": "tilt-efficiency", "backends": [{"name": "default"}], "regimes": regimes,
@@ -175,25 +202,9 @@ def measure(regimes: list[str], n: int, length: int, deltas: list[float], params
                                  backend=be).scheme
             c = scheme.token_weights().double()  # (V,), 0 on excluded tokens
             var0 = float(scheme.background_moments(torch.tensor([length]))[1][0]) / length
-            rho: list[torch.Tensor] = []
-            kls: list[torch.Tensor] = []
-            inner = type(scheme).process_logits.__get__(scheme)
-
-            def recorder(step, inner=inner, c=c, rho=rho, kls=kls):
-                base = step.marginals.target_logits().detach().clone()  # (B, K, V)
-                out = inner(step)
-                rows = step.marginals.target_valid
-                T = getattr(step, "temperature", None)
-                t = T if T is not None and T > 0 else 1.0
-                p = torch.softmax(base[rows].double() / t, -1)  # (M, V)
-                cv = c[: p.shape[1]]
-                rho.append(((p @ cv ** 2 - (p @ cv) ** 2) / var0).cpu())  # Var_p(c_k) / σ₀² per row
-                kls.append(_kl_rows(base[rows] / t, out[rows] / t).cpu())
-                return out
-
-            scheme.process_logits = recorder
-            texts, _ = ctx.generate(0, length, ctx.prompts(0)["eval"], scheme, 1234, regime=r)
-            del scheme.process_logits
+            rec = RhoRecorder(c, var0)
+            texts, _ = ctx.generate(0, length, ctx.prompts(0)["eval"], scheme, 1234, regime=r, observers=[rec])
+            rho, kls = rec.rho, rec.kl
             s0 = Watermarker(key, {"scheme": {"name": "global-sketch", "params": params or {}}}, backend=be).scheme
             zw = _z(p_values(s0, be, texts))
             zn = _z(p_values(s0, be, null))

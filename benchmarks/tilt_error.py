@@ -51,6 +51,7 @@ from sketchwm.data import load
 from sketchwm.detection import Detector
 from sketchwm.engine import MaskedDiffusionSampler
 from sketchwm.keys import WatermarkKey
+from sketchwm.observers import TiltObserver
 from sketchwm.registry import get_registry
 
 PAIRS = ("used_vs_exact", "linear_vs_exact", "used_vs_linear")
@@ -80,12 +81,10 @@ def measure_tilt(backend, key: WatermarkKey, cfg: dict, prompts: list[str], seed
     errs: dict[str, list[torch.Tensor]] = {p: [] for p in PAIRS}
     blocks: list[torch.Tensor] = []
     absmax: dict[str, float] = dict.fromkeys(PAIRS, 0.0)
-    inner = used.process_logits
 
-    def probe(step: DenoiseStep) -> torch.Tensor:
+    def probe(step: DenoiseStep, before: torch.Tensor, tilted: torch.Tensor) -> None:
+        """At every step: before, tilted (B, K, V) the sampled rows' logits (fresh in every strategy)."""
         m = step.marginals
-        before = m.at_target_rows(m.logits).clone()  # (B, K, V) the sampled rows, fresh in every strategy
-        tilted = inner(step)
         got = tilted - before
         # every masked row fresh on this canvas: the exact strategy's marginals
         positions, valid, rows = MarginalReads.masked().layout(step.masked, m.target_positions, m.target_valid)
@@ -112,11 +111,13 @@ def measure_tilt(backend, key: WatermarkKey, cfg: dict, prompts: list[str], seed
             errs[name].append((d.norm(dim=-1)[ok] / ref_norm[ok]).double().cpu())
             absmax[name] = max(absmax[name], float(d.abs()[ok].max()) if bool(ok.any()) else 0.0)
         blocks.append(torch.full((int(ok.sum()),), step.block[0] // block_length, dtype=torch.long))
-        return tilted
 
-    used.process_logits = probe
+    class Probe(TiltObserver):
+        def on_tilt(self, step, before, after, uniforms):
+            probe(step, before, after)
+
     with torch.no_grad():
-        sampler.generate(prompts, torch.Generator(device=backend.device).manual_seed(seed))
+        sampler.generate(prompts, torch.Generator(device=backend.device).manual_seed(seed), observers=[Probe()])
     block_of = torch.cat(blocks)
     res: dict = {"resolved": sampler.refresh}
     for name, parts in errs.items():

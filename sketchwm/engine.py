@@ -42,13 +42,14 @@ from .components import (DenoiseStep, DLMBackend, MarginalReads, Marginals, Wate
                          packed_masked_positions, row_index)
 from .config import StrictModel, validate_params
 from .errors import ConfigError, GreedyDecodingWarning, InputError
+from .observers import TiltObserver
 from .remasking import RemaskingRule
 
 __all__ = [
     "SamplerConfig", "MaskedDiffusionSampler", "GenerationOutput", "transfer_schedule", "packed_masked_positions",
     "sample_tokens", "check_logits", "Canvas", "MarginalSource", "FullCanvasMarginals", "RefreshedMarginals",
     "IncrementalMarginals",
-    "RemaskingRule", "greedy_decoding_problem",
+    "RemaskingRule", "greedy_decoding_problem", "TiltObserver",
 ]
 
 
@@ -503,6 +504,7 @@ class MaskedDiffusionSampler:
         prompts: Sequence[str] | Sequence[Sequence[int]],
         generator: torch.Generator | None = None,
         progress: bool | Callable[[int], None] = False,
+        observers: Sequence[TiltObserver] = (),
     ) -> GenerationOutput:
         """Generate one sample per prompt (LLaDA's semi-autoregressive sampler, module doc).
 
@@ -512,6 +514,9 @@ class MaskedDiffusionSampler:
                 None makes a fresh generator seeded with 0, so calls are reproducible.
             progress: True shows a tqdm bar over steps; a callable is called with 1 after each
                 denoising step (e.g. a caller's bar's ``update``).
+            observers: :class:`sketchwm.observers.TiltObserver` objects told of the batch's start, of
+                every step's tilt (untilted and tilted target logits, keyed uniforms) and of its end;
+                they do not change the texts.
 
         Returns:
             :class:`GenerationOutput`.
@@ -524,6 +529,8 @@ class MaskedDiffusionSampler:
         cfg = self.config
         generator = generator if generator is not None else torch.Generator(device=self.backend.device).manual_seed(0)
         canvas, prompt_texts = self._start(prompts)
+        for obs in observers:
+            obs.on_start(canvas.tokens.shape[0])
         G, L = cfg.gen_length, cfg.block_length
         block_steps = cfg.steps // (G // L)
         positions = torch.arange(G, device=canvas.tokens.device)
@@ -543,7 +550,7 @@ class MaskedDiffusionSampler:
                     marginals = self.source.marginals(canvas, self.reads, targets, valid, step, refresh)
                     state = DenoiseStep(step, cfg.steps, canvas.tokens, canvas.masked, marginals, canvas.prompt_ids,
                                         canvas.prompt_mask, block, canvas.mask_token_id, generator, cfg.temperature)
-                    logits, uniforms = self._scheme_hooks(state)  # (B, K, V), (B, K, V) or None
+                    logits, uniforms = self._scheme_hooks(state, observers)  # (B, K, V), (B, K, V) or None
                     x0, scaled = sample_tokens(logits, uniforms, generator, cfg.temperature, cfg.top_p)  # (B, K)
                     priority = self._order_priority(state, logits, scaled, x0)  # (B, K) or None
                     canvas.commit(targets, x0, self.remasking.choose(logits, scaled, x0, valid, k, priority))
@@ -552,7 +559,10 @@ class MaskedDiffusionSampler:
                     tick(1)
         if bar is not None:
             bar.close()
-        return self._output(canvas, prompt_texts)
+        out = self._output(canvas, prompt_texts)
+        for obs in observers:
+            obs.on_end(out)
+        return out
 
     def _refresh_due(self, step: int, block_step: int, in_block: torch.Tensor) -> "bool | torch.Tensor":
         """What the ``marginal_refresh`` schedule refreshes at this step: True (every masked row), False
@@ -566,18 +576,24 @@ class MaskedDiffusionSampler:
             return in_block[None, :] if block_step == 0 and self.refresh == "block" else False
         return step % self.refresh == 0
 
-    def _scheme_hooks(self, state: DenoiseStep) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _scheme_hooks(self, state: DenoiseStep, observers: Sequence[TiltObserver] = ()
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The scheme's tilt of the target rows (B, K, V) float32 and its keyed uniforms (B, K, V) or None
-        (the targets' logits and None without a scheme).
+        (the targets' logits and None without a scheme); each observer then sees the tilt.
 
         Raises:
             InputError: NaN or inf in the scheme's logits on a valid target.
         """
         if self.scheme is None:
             return state.marginals.target_logits(), None
+        m = state.marginals
+        before = m.at_target_rows(m.logits).clone() if observers else None  # (B, K, V): the scheme may tilt in place
         logits = self.scheme.process_logits(state)
-        check_logits(logits, state.marginals.target_valid, f"scheme '{self.scheme.name}'", state.step)
-        return logits, self.scheme.sampling_uniforms(state) if self.scheme.noise == "keyed" else None
+        check_logits(logits, m.target_valid, f"scheme '{self.scheme.name}'", state.step)
+        uniforms = self.scheme.sampling_uniforms(state) if self.scheme.noise == "keyed" else None
+        for obs in observers:
+            obs.on_tilt(state, before, logits, uniforms)
+        return logits, uniforms
 
     def _order_priority(self, state: DenoiseStep, logits: torch.Tensor, scaled: torch.Tensor,
                         x0: torch.Tensor) -> torch.Tensor | None:

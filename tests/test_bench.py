@@ -278,6 +278,7 @@ def test_leaderboard_page_in_chromium(board):
 
 
 def test_kl_recorder_leaves_texts_unchanged():
+    from sketchwm.bench.recorders import KLRecorder
     from sketchwm.bench.runner import RunContext, Unit
 
     cfg = BenchConfig.model_validate(tiny_config())
@@ -285,11 +286,11 @@ def test_kl_recorder_leaves_texts_unchanged():
     prompts = ctx.prompts(0)["eval"]
     for name, tilts in (("global-sketch", True), ("aar-gumbel", False)):
         scheme = ctx.scheme(Unit(name, name, "{}", 0, 0, 16, 0))
-        kl: list = []
-        with_kl, _ = ctx.generate(0, 16, prompts, scheme, seed=3, kl=kl)
+        rec = KLRecorder()
+        with_kl, _ = ctx.generate(0, 16, prompts, scheme, seed=3, observers=[rec])
         plain, _ = ctx.generate(0, 16, prompts, scheme, seed=3)
         assert with_kl == plain
-        kl_all = torch.cat(kl)
+        kl_all = torch.cat(rec.kl)
         assert kl_all.numel() >= len(prompts) * 16 and (kl_all >= -1e-9).all()
         assert (float(kl_all.mean()) > 1e-4) == tilts  # AAR samples with keyed uniforms, it does not tilt
 

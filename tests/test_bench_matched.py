@@ -227,7 +227,7 @@ def test_kl_axis_is_the_sampled_distribution_where_every_point_records_it(swept)
 
 def test_kl_recorder_reads_the_tempered_distribution():
     """The recorder's sampled KL is KL(softmax(l̃/T)‖softmax(l/T)); at T = 1 it is the model's KL."""
-    from sketchwm.bench.runner import _kl_recorder
+    from sketchwm.bench.recorders import KLRecorder
     from sketchwm.components import Marginals
 
     g = torch.Generator().manual_seed(0)
@@ -239,9 +239,10 @@ def test_kl_recorder_reads_the_tempered_distribution():
         return (lb.exp() * (lb - la)).sum(-1).reshape(-1)
 
     for T in (0.5, 1.0):
-        model, sampled = [], []
-        rec = _kl_recorder(lambda step: step.marginals.target_logits() + tilt, model, sampled_sink=sampled)
-        rec(types.SimpleNamespace(marginals=Marginals.canvas(logits.clone(), masked), temperature=T))
+        rec = KLRecorder()
+        rec.on_tilt(types.SimpleNamespace(marginals=Marginals.canvas(logits.clone(), masked), temperature=T),
+                    logits.clone(), logits + tilt, None)
+        model, sampled = rec.kl, rec.kl_sampled
         assert torch.allclose(model[0], kl(logits, logits + tilt))
         assert torch.allclose(sampled[0], kl(logits / T, (logits + tilt) / T))
         assert (T == 1.0) == torch.allclose(sampled[0], model[0])

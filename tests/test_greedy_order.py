@@ -23,6 +23,7 @@ from sketchwm.context import BuildContext
 from sketchwm.engine import MaskedDiffusionSampler, RemaskingRule
 from sketchwm.errors import GreedyDecodingWarning, RegistryError
 from sketchwm.hookspecs import hookimpl
+from sketchwm.observers import TiltObserver
 from sketchwm.prf import keyed_bits
 from sketchwm.registry import get_registry
 from sketchwm.testing import tiny_backend
@@ -155,11 +156,12 @@ def neighbour():
 STEERED = {**GREEDY, "gen_length": 128, "steps": 64}
 
 
-def _greedy(backend, scheme=None, seed=0):
+def _greedy(backend, scheme=None, seed=0, observers=()):
     from sketchwm.data import load_prompts
 
     return MaskedDiffusionSampler(backend, STEERED, scheme).generate(load_prompts("tiny", 16, seed=3),
-                                                                     torch.Generator().manual_seed(seed))
+                                                                     torch.Generator().manual_seed(seed),
+                                                                     observers=observers)
 
 
 @pytest.mark.parametrize("name,params", [("global-sketch", {**UNIFORM, "greedy_tilt": 0.0}), ("dgmark", {})])
@@ -170,16 +172,13 @@ def test_order_steering_marks_greedy_text(name, params, neighbour):
     scheme = _scheme(name, neighbour, **params)
     assert MaskedDiffusionSampler(neighbour, STEERED, scheme).steering
     tilted = []
-    orig = scheme.process_logits
 
-    def spy(step):
-        before = step.marginals.at_target_rows(step.marginals.logits).clone()
-        out = orig(step)
-        tilted.append(not torch.equal(out, before))
-        return out
+    class Spy(TiltObserver):
+        def on_tilt(self, step, before, after, uniforms):
+            tilted.append(not torch.equal(after, before))
 
-    scheme.process_logits = spy
-    out = _greedy(neighbour, scheme)
+    out = _greedy(neighbour, scheme, observers=[Spy()])
+    assert tilted, "the observer saw no step"
     assert not any(tilted), "steering at T = 0 must leave the marginals untouched"
     base = _greedy(neighbour)
     assert not torch.equal(out.ids, base.ids)  # another order, another greedy text

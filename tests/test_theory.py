@@ -36,15 +36,9 @@ def scheme(tiny):
 def record(tiny, scheme, divergence=None, n=48):
     """Generate n texts of 16 tokens (random remasking) with a PathRecorder; returns (recorder, ids)."""
     rec = PathRecorder(SCALES, divergence)
-    scheme.process_logits = rec.wrap(type(scheme).process_logits.__get__(scheme))
-    try:
-        sampler = MaskedDiffusionSampler(tiny, {"gen_length": 16, "steps": 16, "block_length": 16,
-                                                "remasking": "random"}, scheme)
-        rec.begin(n)
-        out = sampler.generate(tiny_texts(n, 4, 0, punct=False), torch.Generator().manual_seed(1))
-        rec.end(out.ids)
-    finally:
-        del scheme.process_logits
+    sampler = MaskedDiffusionSampler(tiny, {"gen_length": 16, "steps": 16, "block_length": 16,
+                                            "remasking": "random"}, scheme)
+    out = sampler.generate(tiny_texts(n, 4, 0, punct=False), torch.Generator().manual_seed(1), observers=[rec])
     return rec, [x.tolist() for x in out.ids]
 
 

@@ -30,10 +30,12 @@ from ..detection import pad_ids
 from ..quality import cross_sample_distinct, sample_repeats
 from ..errors import ConfigError
 from ..keys import WatermarkKey
+from ..observers import TiltObserver
 from .config import BenchConfig
 from .metric import CellData, Metric, decisions
 from .plan import (ALPHAS, Cell, Unit, _seed, attack_family, bench_registry, derive_key, derive_unrelated_key,  # noqa: F401 - re-exported
                    metric_names, plan, resolved_params)
+from .recorders import KLRecorder
 from .results import done_cells, git_commit, remove_stale_parts, write_part
 from .theory import THEORY_KINDS, theory_cell
 
@@ -152,36 +154,21 @@ class RunContext:
         return self._get(("prompts", p), build)
 
     # ------------------------------------------------------------------ generation and scoring
-    def generate(self, b: int, length: int, prompts: Sequence[str], scheme: Any, seed: int,
-                 kl: list[torch.Tensor] | None = None, regime: int = 0,
-                 kl_text: list[torch.Tensor] | None = None, kl_sampled: list[torch.Tensor] | None = None) -> tuple[list[str], float]:
+    def generate(self, b: int, length: int, prompts: Sequence[str], scheme: Any, seed: int, regime: int = 0,
+                 observers: Sequence[TiltObserver] = ()) -> tuple[list[str], float]:
         """Texts for ``prompts`` (watermarked by ``scheme`` unless None) in regime ``regime`` and the
-        wall seconds it took.
-
-        With ``kl`` (a list), the per-token KL(p̃‖p) of every sampled row is appended to it (see
-        :func:`_kl_recorder`); with ``kl_text`` too, the index of each row's text in ``prompts``
-        (int64, one tensor per step); with ``kl_sampled``, the KL of the distributions tokens are drawn
-        from, after the sampler's temperature.
-        """
+        wall seconds it took, in batches of the config's ``batch_size``; ``observers`` see every batch
+        (:meth:`sketchwm.engine.MaskedDiffusionSampler.generate`)."""
         from ..engine import MaskedDiffusionSampler
 
         be = self.backend(b)
         sampler = MaskedDiffusionSampler(be, self.sampler_config(b, length, regime), scheme)
         gen = torch.Generator(device=be.device).manual_seed(seed % 2**62)
-        offset = [0]
-        if kl is not None and scheme is not None:
-            scheme.process_logits = _kl_recorder(type(scheme).process_logits.__get__(scheme), kl, kl_text, offset,
-                                                 kl_sampled)
         t0 = time.perf_counter()
         texts: list[str] = []
         bs = self.cfg.batch_size
-        try:
-            for i in range(0, len(prompts), bs):
-                offset[0] = i
-                texts += sampler.generate(list(prompts[i:i + bs]), gen).texts
-        finally:
-            if kl is not None and scheme is not None:
-                del scheme.process_logits  # back to the class method
+        for i in range(0, len(prompts), bs):
+            texts += sampler.generate(list(prompts[i:i + bs]), gen, observers=observers).texts
         return texts, time.perf_counter() - t0
 
     def null_texts(self, b: int, length: int, p: int, split: str, regime: int = 0) -> list[str]:
@@ -298,21 +285,15 @@ class RunContext:
         """Watermarked texts (generated once), their scores, and the unit's null scores."""
         def build() -> dict[str, Any]:
             pr = self.prompts(unit.prompt_set)
-            kl: list[torch.Tensor] | None = [] if self.cfg.kl else None
-            kl_text: list[torch.Tensor] = []
-            kl_sampled: list[torch.Tensor] = []
+            rec = KLRecorder()
             wm, secs = self.generate(unit.backend, unit.length, pr["eval"], self.scheme(unit),
-                                     _seed(self.cfg.seed, "wm", unit), kl=kl, regime=unit.regime, kl_text=kl_text,
-                                     kl_sampled=kl_sampled)
+                                     _seed(self.cfg.seed, "wm", unit), regime=unit.regime,
+                                     observers=[rec] if self.cfg.kl else ())
             null = lambda split: self.null_texts(unit.backend, unit.length, unit.prompt_set, split, unit.regime)  # noqa: E731
             cal = self.score(unit, null("null_cal"))
             fpr_texts = null("null_fpr")
             fpr = self.score(unit, fpr_texts)
-            kl_rows = torch.cat(kl).numpy() if kl else None
-            kl_per_text = kl_sampled_per_text = None
-            if kl_rows is not None:  # (n,) mean KL of each text's sampled rows, before and after the temperature
-                idx = torch.cat(kl_text).numpy()
-                kl_per_text, kl_sampled_per_text = (_per_text_mean(idx, r, len(wm)) for r in (kl_rows, torch.cat(kl_sampled).numpy()))
+            kl_rows, kl_per_text, kl_sampled_per_text = rec.per_text(len(wm)) or (None, None, None)
             return {"texts": wm, "prompts": pr["eval"], "gen_seconds": secs, "scored": self.score(unit, wm), "cal": cal,
                     "fpr": fpr, "fpr_texts": fpr_texts, "kl": kl_rows, "kl_per_text": kl_per_text,
                     "kl_sampled_per_text": kl_sampled_per_text}
@@ -385,45 +366,6 @@ def human_passages(ctx: "RunContext") -> list[str]:
                 out += load(dom)[: spec.human_n]
         return out
     return ctx._get(("human",), build)
-
-
-def _per_text_mean(idx: np.ndarray, rows: np.ndarray, n: int) -> np.ndarray:
-    """Mean of ``rows`` (M,) float64 per text index ``idx`` (M,) int64 → (n,) float64, NaN for a text with no row."""
-    cnt = np.bincount(idx, minlength=n)
-    return np.where(cnt > 0, np.bincount(idx, weights=rows, minlength=n) / np.maximum(cnt, 1), np.nan)
-
-
-def _kl_rows(base: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """KL(softmax(out)‖softmax(base)) per row: base, out (M, V) logits → (M,) float64 nats."""
-    lp, lq = torch.log_softmax(base.double(), -1), torch.log_softmax(out.double(), -1)  # (M, V)
-    return (lq.exp() * (lq - lp).nan_to_num(0.0, 0.0, 0.0)).sum(-1)
-
-
-def _kl_recorder(process_logits: Any, sink: list[torch.Tensor], text_sink: list[torch.Tensor] | None = None,
-                 offset: list[int] | None = None, sampled_sink: list[torch.Tensor] | None = None) -> Any:
-    """Wrap a scheme's ``process_logits`` to record KL(p̃‖p) (nats, float64) of the rows it tilts.
-
-    p = softmax of the model's logits, p̃ = softmax of the scheme's; rows: the step's valid target rows
-    (``step.marginals``), the marginals tokens are sampled from. The texts are unchanged. With
-    ``text_sink``, the (M,) int64 text index of each row (batch row + ``offset[0]``) is appended too.
-    With ``sampled_sink``, the (M,) KL of the distributions tokens are drawn from, softmax(l̃/T) against
-    softmax(l/T) at the step's temperature T (the same as the first where T is 1, unknown, or 0: at
-    greedy decoding only the argmax is drawn).
-    """
-    def wrapped(step: Any) -> torch.Tensor:
-        base = step.marginals.target_logits().detach().clone()  # (B, K, V), before the hook tilts it
-        out = process_logits(step)
-        rows = step.marginals.target_valid  # (B, K)
-        kl = _kl_rows(base[rows], out[rows])  # (M,)
-        sink.append(kl.cpu())
-        if sampled_sink is not None:
-            T = getattr(step, "temperature", None)
-            tempered = T is not None and T > 0.0 and T != 1.0
-            sampled_sink.append((_kl_rows(base[rows] / T, out[rows] / T) if tempered else kl).cpu())
-        if text_sink is not None:
-            text_sink.append(rows.nonzero()[:, 0].cpu() + (offset[0] if offset else 0))  # (M,)
-        return out
-    return wrapped
 
 
 def _cell_data(ctx: RunContext, cell: Cell, ud: dict[str, Any] | None) -> tuple[CellData, Scored, dict[str, Any]]:

@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from ..keys import WatermarkKey
+from ..observers import TiltObserver
 from .metric import THEORY_KINDS
 from .seeds import bench_key
 
@@ -79,20 +80,25 @@ def fisher_terms(base: torch.Tensor, shift: torch.Tensor, scales: Sequence[float
     return np.array(kl), np.array(half)
 
 
-class PathRecorder:
-    """Wraps a scheme's ``process_logits`` to record, per text, the chain-rule KL and the path log-ratio.
+class PathRecorder(TiltObserver):
+    """Sampler observer that records, per text, the chain-rule KL and the path log-ratio.
 
-    Use: ``rec.begin(B)``, generate one batch with ``scheme.process_logits = rec.wrap(original)``,
-    then ``rec.end(final_ids)``; :attr:`kl_sum` and :attr:`log_ratio` (lists of (B,) float64 arrays,
-    one per batch) hold Σ KL(p̃_i‖p_i) and Σ log p̃_i(y_i)/p_i(y_i) over the committed rows of each
-    text (nats). A row is committed at the step after which its position is no longer masked (its
-    token never changes again), so rows are resolved one call later, against the next state.
+    Pass it to :meth:`sketchwm.engine.MaskedDiffusionSampler.generate` (``observers=[rec]``); after
+    each batch :attr:`kl_sum` and :attr:`log_ratio` (lists of (B,) float64 arrays, one per batch)
+    hold Σ KL(p̃_i‖p_i) and Σ log p̃_i(y_i)/p_i(y_i) over the committed rows of each text (nats), and
+    :attr:`rows` ((B,) int64 per batch) the number of rows credited. A row is committed at the step
+    after which its position is no longer masked (its token never changes again), so rows are
+    resolved one step later, against the next state, and the last ones against the batch's final ids.
 
     Args:
         scales: Fisher scales s (see :func:`fisher_terms`); the sums over all tilted rows accumulate in
             :attr:`fisher_kl` and :attr:`fisher_half_var` ((S,) float64).
         divergence: (log p (…, V), log p̃ (…, V)) → (…,) float64 per-row divergence credited as the
             chain-rule term; default KL(p̃‖p) (the tests pass a wrong one to see the check fail).
+
+    Attributes:
+        keyed_uniforms: whether the scheme supplied keyed uniforms at any observed step (its tokens
+            were then not drawn from softmax of its logits).
     """
 
     def __init__(self, scales: Sequence[float] = (), divergence: Any = None):
@@ -106,7 +112,7 @@ class PathRecorder:
         self.keyed_uniforms = False
         self._pending: tuple[torch.Tensor, ...] | None = None
 
-    def begin(self, batch: int) -> None:
+    def on_start(self, batch: int) -> None:
         """Start a batch of ``batch`` texts."""
         self._acc = [np.zeros(batch), np.zeros(batch), np.zeros(batch, dtype=np.int64)]
         self._pending = None
@@ -124,47 +130,37 @@ class PathRecorder:
         self._acc[2] += done.sum(1).cpu().numpy()
         self._pending = None
 
-    def end(self, final_ids: torch.Tensor) -> None:
-        """Close the batch against the final canvas ids (B, G) int64."""
+    def on_end(self, output: Any) -> None:
+        """Close the batch against its final canvas ids ``output.ids`` (B, G) int64."""
+        final_ids = output.ids
         ids = final_ids.to(self._pending[0].device) if self._pending is not None else final_ids
         self._resolve(ids, torch.ones_like(ids, dtype=torch.bool))
         self.kl_sum.append(self._acc[0])
         self.log_ratio.append(self._acc[1])
         self.rows.append(self._acc[2])
 
-    def wrap(self, process_logits: Any) -> Any:
-        """``process_logits`` that records (the returned logits are the scheme's, unchanged)."""
-        def wrapped(step: Any) -> torch.Tensor:
-            self._resolve(step.tokens, ~step.masked)
-            m = step.marginals
-            base = m.target_logits().detach().clone()  # (B, K, V), before the hook tilts it
-            out = process_logits(step)
-            B, G = step.tokens.shape
-            pos = m.target_positions  # (B, K)
-            R = pos.shape[1]
-            # rows that are masked now, first occurrence of their position (padding rows repeat others)
-            first = torch.full((B, G), R, dtype=torch.long, device=base.device).scatter_reduce(
-                1, pos, torch.arange(R, device=base.device).expand(B, -1), "amin", include_self=True)
-            fresh = ((torch.gather(first, 1, pos) == torch.arange(R, device=base.device)[None])
-                     & torch.gather(step.masked, 1, pos) & m.target_valid)
-            lp, lq = torch.log_softmax(base.double(), -1), torch.log_softmax(out.double(), -1)  # (B, R, V)
-            lr = (lq - lp).nan_to_num(0.0, 0.0, 0.0)
-            kl = self.divergence(lp, lq)  # (B, R)
-            self._pending = (pos, fresh, lr.float(), kl)
-            if self.scales and bool(fresh.any()):
-                k, h = fisher_terms(base[fresh], (out - base)[fresh], self.scales)
-                self.fisher_kl += k
-                self.fisher_half_var += h
-            return out
-        return wrapped
-
-    def wrap_uniforms(self, sampling_uniforms: Any) -> Any:
-        """``sampling_uniforms`` that notes whether the scheme samples with keyed uniforms."""
-        def wrapped(step: Any) -> Any:
-            u = sampling_uniforms(step)
-            self.keyed_uniforms |= u is not None
-            return u
-        return wrapped
+    def on_tilt(self, step: Any, before: torch.Tensor, after: torch.Tensor, uniforms: torch.Tensor | None) -> None:
+        """Credit the rows the previous step committed, then keep this step's rows pending."""
+        self._resolve(step.tokens, ~step.masked)
+        self.keyed_uniforms |= uniforms is not None
+        m = step.marginals
+        B, G = step.tokens.shape
+        pos = m.target_positions  # (B, K)
+        R = pos.shape[1]
+        dev = before.device
+        # rows that are masked now, first occurrence of their position (padding rows repeat others)
+        first = torch.full((B, G), R, dtype=torch.long, device=dev).scatter_reduce(
+            1, pos, torch.arange(R, device=dev).expand(B, -1), "amin", include_self=True)
+        fresh = ((torch.gather(first, 1, pos) == torch.arange(R, device=dev)[None])
+                 & torch.gather(step.masked, 1, pos) & m.target_valid)
+        lp, lq = torch.log_softmax(before.double(), -1), torch.log_softmax(after.double(), -1)  # (B, R, V)
+        lr = (lq - lp).nan_to_num(0.0, 0.0, 0.0)
+        kl = self.divergence(lp, lq)  # (B, R)
+        self._pending = (pos, fresh, lr.float(), kl)
+        if self.scales and bool(fresh.any()):
+            k, h = fisher_terms(before[fresh], (after - before)[fresh], self.scales)
+            self.fisher_kl += k
+            self.fisher_half_var += h
 
 
 def chain_rule_summary(kl_sum: np.ndarray, log_ratio: np.ndarray) -> dict[str, float]:
@@ -293,19 +289,11 @@ def sampling_path(ctx: Any, unit: Any, n: int, scales: Sequence[float], seed: in
     sampler = MaskedDiffusionSampler(be, cfg, scheme)
     gen = torch.Generator(device=be.device).manual_seed(seed % 2**62)
     rec = PathRecorder(scales)
-    scheme.process_logits = rec.wrap(type(scheme).process_logits.__get__(scheme))
-    scheme.sampling_uniforms = rec.wrap_uniforms(type(scheme).sampling_uniforms.__get__(scheme))
-    try:
-        bs = ctx.cfg.batch_size
-        ids: list[list[int]] = []
-        for i in range(0, len(prompts), bs):
-            batch = prompts[i:i + bs]
-            rec.begin(len(batch))
-            out = sampler.generate(batch, gen)
-            rec.end(out.ids)
-            ids += [row[: int(n)] for row, n in zip(out.ids.tolist(), out.lengths.tolist())]
-    finally:
-        del scheme.process_logits, scheme.sampling_uniforms  # back to the class methods
+    bs = ctx.cfg.batch_size
+    ids: list[list[int]] = []
+    for i in range(0, len(prompts), bs):
+        out = sampler.generate(prompts[i:i + bs], gen, observers=[rec])
+        ids += [row[: int(n)] for row, n in zip(out.ids.tolist(), out.lengths.tolist())]
     note = "keyed uniforms returned during sampling" if rec.keyed_uniforms else ""
     return {"kl_sum": np.concatenate(rec.kl_sum), "log_ratio": np.concatenate(rec.log_ratio),
             "rows": np.concatenate(rec.rows), "fisher_kl": rec.fisher_kl, "fisher_half_var": rec.fisher_half_var,
