@@ -124,14 +124,49 @@ def test_development_and_report_splits_partition_the_prompts_by_document():
     assert min(len(dev), len(rep)) > 400 and load_prompts("prompts-report", 3) == rep[:3]
 
 
-def test_quick_sweeps_the_default_and_its_neighbours():
+def test_quick_sweeps_the_default_and_the_weaker_settings_below_it():
     from sketchwm.registry import get_registry
     from sketchwm.scorecard.run import _strengths
 
     reg = get_registry()
-    assert _strengths(reg, "red-green-dlm", {}, 3) == [1.0, 2.0, 3.0]  # grid 0.5, 1, 2, 3; default 2
+    assert _strengths(reg, "red-green-dlm", {}, 3) == [0.5, 1.0, 2.0]  # grid 0.5, 1, 2, 3; default 2
     assert _strengths(reg, "red-green-dlm", {"delta": 3.0}, 3) == [1.0, 2.0, 3.0]
+    assert _strengths(reg, "red-green-dlm", {"delta": 0.5}, 3) == [0.5, 1.0, 2.0]  # topped up from above
+    assert _strengths(reg, "red-green-dlm", {"delta": 1.5}, 2) == [1.0, 1.5]  # an off-grid default is swept
     assert _strengths(reg, "red-green-dlm", {}, 0) is None and _strengths(reg, "aar-gumbel", {}, 3) is None
+
+
+def test_the_quick_tier_compares_with_its_own_baselines_unless_named():
+    from sketchwm.config import ComponentSpec
+    from sketchwm.scorecard.config import TIERS, ScorecardConfig
+
+    quick = ScorecardConfig(tier=TIERS["quick"])
+    assert [b.name for b in quick.comparison()] == TIERS["quick"].baselines
+    full = ScorecardConfig(tier=TIERS["full"], baselines=[ComponentSpec(name="dmark")])
+    assert [b.name for b in full.comparison()] == ["dmark"]
+
+
+def test_against_a_reference_only_a_pass_that_fails_or_vanishes_regresses():
+    from sketchwm.scorecard.lines import compare, line_key
+
+    def ln(promise, status, subject=None):
+        return {"promise": promise, "status": status, "detail": {"subject": subject} if subject else {}}
+
+    ref = [ln("diversity: distinct texts per prompt − unwatermarked, r1 (4.00 vs 4.00)", "PASS"),
+           ln("forgery: word thief, paste-in, N=50", "FAIL"), ln("null: worst of 10 keys, p <= 0.01, d", "PASS"),
+           ln("diversity: pairwise self-BLEU − unwatermarked, r1 (0.1 vs 0.1)", "PASS", "red-green-dlm"),
+           ln("speed: detection on token ids", "INFO")]
+    assert line_key(ref[0]) == "diversity: distinct texts per prompt − unwatermarked, r1"
+    assert line_key(ref[3]).startswith("[red-green-dlm] ")
+    now = [ln("diversity: distinct texts per prompt − unwatermarked, r1 (3.50 vs 4.00)", "FAIL"),
+           ln("forgery: word thief, paste-in, N=50", "PASS"),
+           ln("diversity: pairwise self-BLEU − unwatermarked, r1 (0.2 vs 0.1)", "PASS", "red-green-dlm"),
+           ln("speed: detection on token ids", "FAIL")]
+    regressed, improved = compare(now, ref)
+    assert regressed == ["diversity: distinct texts per prompt − unwatermarked, r1: PASS -> FAIL",
+                         "null: worst of 10 keys, p <= 0.01, d: PASS -> missing"]
+    assert improved == ["forgery: word thief, paste-in, N=50: FAIL -> PASS"]
+    assert compare(ref, ref) == ([], [])
 
 
 def test_members_reads_the_family_size_from_nested_params():

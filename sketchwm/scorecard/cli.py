@@ -8,7 +8,9 @@ Usage::
 
 Prints ``PASS|FAIL|INFO  <promise>  <figure> [<interval>]  (n=…; need …)`` per line and writes
 ``scorecard.json``, ``scorecard.parquet`` and ``scorecard.txt`` to ``--out`` (default
-``runs/scorecard/<scheme>/<tier>``). Exit status 0 when no line about the scheme under test fails, 1 otherwise.
+``runs/scorecard/<scheme>/<tier>``). Exit status 0 when no line about the scheme under test fails, 1 otherwise;
+with ``--against REFERENCE.json``, 1 only when a line that passed in the reference fails or is missing now
+(the CI regression guard: lines that already failed there are reported, not gated).
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ def add_scorecard_command(subparsers: Any, parents: Any = ()) -> argparse.Argume
     p.add_argument("--out", help="output folder (default runs/scorecard/<scheme>/<tier>)")
     p.add_argument("--only", nargs="+", metavar="PROMISE",
                    help="run only these promises (forgery diversity power robustness null speed user-loop)")
+    p.add_argument("--against", metavar="SCORECARD_JSON",
+                   help="a regression guard: compare with this earlier scorecard.json of the same scheme and tier and "
+                        "exit 1 only where a line that passed there fails (or is missing) now")
     p.add_argument("--quiet", action="store_true", help="no progress messages on stderr")
     p.set_defaults(func=cmd_scorecard)
     return p
@@ -52,8 +57,9 @@ def cmd_scorecard(args: argparse.Namespace) -> int:
     over: dict[str, Any] = {"tier": tier}
     over["scheme"] = ComponentSpec(name=args.scheme or DEFAULT_SCHEME,
                                    params=read_json_arg(args.scheme_params, "--scheme-params") or {})
-    if args.baselines:
+    if args.baselines:  # named on the command line: they replace the tier's comparison set too
         over["baselines"] = [ComponentSpec(name=b) for b in args.baselines]
+        over["tier"] = tier.model_copy(update={"baselines": None})
     if args.backend:
         over["backend"] = ComponentSpec(name=args.backend, params=read_json_arg(args.backend_params, "--backend-params") or {})
         if args.backend == "tiny":
@@ -69,4 +75,24 @@ def cmd_scorecard(args: argparse.Namespace) -> int:
     print(card.text())
     print(f"scorecard {cfg.scheme.name} ({tier.name}): {'passed' if card.passed else 'FAILED'} in "
           f"{card.seconds['total']:.0f} s → {out}/scorecard.json", file=sys.stderr)
-    return 0 if card.passed else 1
+    if not args.against:
+        return 0 if card.passed else 1
+    import json
+    from pathlib import Path
+
+    from .lines import compare
+
+    try:
+        ref = json.loads(Path(args.against).read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"--against {args.against}: cannot read a scorecard.json there ({exc})") from exc
+    if ref.get("tier") != tier.name or (ref.get("scheme") or {}).get("name") != cfg.scheme.name:
+        raise ConfigError(f"--against {args.against} is the {ref.get('tier')} tier of {(ref.get('scheme') or {}).get('name')}, "
+                          f"not the {tier.name} tier of {cfg.scheme.name}")
+    regressed, improved = compare([ln.as_dict() for ln in card.lines], ref.get("lines", []))
+    for s in improved:
+        print(f"improved   {s}")
+    for s in regressed:
+        print(f"REGRESSED  {s}")
+    print(f"against {args.against}: {len(regressed)} regressed, {len(improved)} improved", file=sys.stderr)
+    return 1 if regressed else 0

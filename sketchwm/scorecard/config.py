@@ -1,8 +1,8 @@
 """What a scorecard run measures: the scheme, the baselines it is compared with, and the tier's sizes.
 
 Two shipped tiers (:data:`TIERS`): ``quick`` (a CI regression guard: small n, gated only on decisive
-lines) and ``full`` (the sizes the promises name: ≥ 96 texts per setting at 128 tokens, 12 prompts ×
-8 seeds, N up to 1,000 stolen texts). The power, robustness and forgery lines run as a benchmark
+lines, compared with a committed run by ``--against``) and ``full`` (the sizes the promises name: ≥ 96
+texts per setting at 128 tokens, 12 prompts × 8 seeds, N up to 1,000 stolen texts). The power, robustness and forgery lines run as a benchmark
 grid (:meth:`ScorecardConfig.bench_config`, a :class:`sketchwm.bench.config.BenchConfig`) on the report
 split of the shipped prompts (``prompts-report``, :mod:`sketchwm.data`); nothing is tuned on it.
 """
@@ -33,8 +33,10 @@ class Tier(StrictModel):
         length: generated tokens per text; steps: denoising steps (fitted to the regime's blocks).
         regimes: decoding regimes of the diversity line (names of :data:`sketchwm.bench.config.REGIMES`).
         power_regimes: the regimes of the power and robustness lines (a subset of ``regimes``).
-        sweep_points: strengths per swept scheme: 0 = its declared grid; k > 0 = the k settings of the
-            grid nearest the default, the default included.
+        sweep_points: strengths per swept scheme: 0 = its declared grid; k > 0 = the default and the k − 1
+            grid settings just below it (weaker: lower KL), or above it where the grid has too few below;
+            the KL budgets of the power line lie below most defaults.
+        baselines: the comparison set of this tier (None: the config's ``baselines``).
         kl_budgets: KL/token budgets (nats) of the power line (default :data:`KL_BUDGETS`).
         n_power: watermarked texts per setting; n_null_cal / n_null_fpr: unwatermarked texts for the
             conformal 1%-FPR threshold and its check.
@@ -44,6 +46,7 @@ class Tier(StrictModel):
             spoof_n: texts of the generation spoofer; unrelated_keys: keys unrelated to the victim's.
         null_keys: keys of the null line; null_texts: human passages per held-out domain (None: all).
         speed_batch, speed_repeats: prompts per timed generation, interleaved repeats.
+        speed_tokens: token ids of the detection workload (texts of 256 ids drawn from a Zipf law over V).
         userloop_n: texts of the user-loop line.
     """
 
@@ -54,6 +57,7 @@ class Tier(StrictModel):
     regimes: list[str] = ["mdlm-random-t1", "llada-blocks-t0.5"]
     power_regimes: list[str] = ["mdlm-random-t1", "llada-blocks-t0.5"]
     sweep_points: int = Field(0, ge=0)
+    baselines: list[str] | None = None
     kl_budgets: list[float] = Field(list(KL_BUDGETS), min_length=1)
     n_power: int = Field(96, ge=2)
     n_null_cal: int = Field(99, ge=1)
@@ -69,15 +73,18 @@ class Tier(StrictModel):
     null_texts: int | None = Field(None, ge=1)
     speed_batch: int = Field(16, ge=1)
     speed_repeats: int = Field(3, ge=1)
+    speed_tokens: int = Field(1 << 20, ge=256)
     userloop_n: int = Field(96, ge=1)
 
 
 #: The shipped tiers.
 TIERS: dict[str, Tier] = {
-    "quick": Tier(name="quick", decisive_only=True, length=64, steps=32, power_regimes=["mdlm-random-t1"],
-                  sweep_points=3, n_power=24, n_null_fpr=12, robustness=True, diversity_prompts=4, diversity_samples=4,
-                  steal_n=[50], forge_n=30, spoof_n=12, null_texts=300, speed_batch=8, speed_repeats=2, userloop_n=16),
-    "full": Tier(name="full"),
+    "quick": Tier(name="quick", decisive_only=True, length=48, steps=12, power_regimes=["mdlm-random-t1"],
+                  sweep_points=3, baselines=["red-green-dlm"], n_power=16, n_null_cal=99, n_null_fpr=8,
+                  robustness=True, diversity_prompts=4, diversity_samples=4, steal_n=[50], forge_n=24, spoof_n=8,
+                  unrelated_keys=10, null_keys=10, null_texts=200, speed_batch=8, speed_repeats=2,
+                  speed_tokens=1 << 18, userloop_n=8),
+    "full": Tier(name="full", steps=32, sweep_points=3),
 }
 
 
@@ -109,6 +116,14 @@ class ScorecardConfig(StrictModel):
     batch_size: int = Field(16, ge=1)
     adaptive_clusters: int | None = Field(None, ge=1)
 
+    def comparison(self) -> list[ComponentSpec]:
+        """The baselines this run compares with: the tier's names where it sets them (params from ``baselines``
+        where a baseline of that name is there), else ``baselines``."""
+        if self.tier.baselines is None:
+            return list(self.baselines)
+        given = {b.name: b for b in self.baselines}
+        return [given.get(n, ComponentSpec(name=n)) for n in self.tier.baselines]
+
     def scheme_label(self) -> str:
         """The scheme's label in the results (its name; ``-under-test`` appended if a baseline has the same name)."""
-        return self.scheme.name + ("-under-test" if any(b.name == self.scheme.name for b in self.baselines) else "")
+        return self.scheme.name + ("-under-test" if any(b.name == self.scheme.name for b in self.comparison()) else "")

@@ -9,10 +9,11 @@ then never fails on noise, and still fails when the interval lies wholly on the 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Line", "clopper_pearson", "judge", "format_line"]
+__all__ = ["Line", "clopper_pearson", "judge", "format_line", "line_key", "compare"]
 
 Status = Literal["PASS", "FAIL", "INFO"]
 
@@ -118,3 +119,27 @@ def format_line(line: Line) -> str:
         need += f", bound {line.direction} {_num(line.gate_on_interval, line.unit)}"
     unit = f" {line.unit}" if line.unit and line.unit not in ("rate",) else ""
     return f"{line.status:<4}  {line.promise}  {_num(line.figure, line.unit)}{unit}{iv}  (n={line.n}{need})"
+
+
+def line_key(line: dict[str, Any]) -> str:
+    """A line's identity across runs (a :meth:`Line.as_dict`): its subject (the scheme or baseline it is about)
+    and its promise without the parenthesised figures (``(4.00 vs 4.00)``, ``(vs red-green-dlm 0.62 …)``)."""
+    promise = re.sub(r"\s*\([^()]*\)", "", line["promise"]).strip()
+    subject = (line.get("detail") or {}).get("subject")
+    return f"[{subject}] {promise}" if subject else promise
+
+
+def compare(current: list[dict[str, Any]], reference: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """Lines of ``current`` against a reference run's (both :meth:`Line.as_dict` lists, e.g. a committed
+    ``scorecard.json``'s ``lines``): (regressed, improved). Regressed: a line PASS in the reference that is FAIL
+    now, or missing now; improved: FAIL in the reference, PASS now. Each entry is ``"<key>: <was> -> <now>"``."""
+    now = {line_key(x): x["status"] for x in current}
+    regressed, improved = [], []
+    for ref in reference:
+        k, was = line_key(ref), ref["status"]
+        got = now.get(k, "missing")
+        if was == "PASS" and got in ("FAIL", "missing"):
+            regressed.append(f"{k}: {was} -> {got}")
+        elif was == "FAIL" and got == "PASS":
+            improved.append(f"{k}: {was} -> {got}")
+    return regressed, improved

@@ -12,8 +12,8 @@ Each reads a :class:`Run` (the benchmark context of the run, its plan and its re
 * :func:`power` — TPR at 1% FPR at equal KL (0.1, 0.2 nats/token; :func:`sketchwm.bench.matched.at_kl`) ≥
   the lower bound of the best baseline that passes its own diversity line. A budget outside a sweep is read
   off the nearest setting only where that errs against the scheme (:func:`at_kl_conservative`).
-* :func:`robustness` — after each standard edit, TPR at the default's KL ≥ red-green-dlm's at that KL (read
-  the same way).
+* :func:`robustness` — after each standard edit, TPR at each KL budget of the power line ≥ red-green-dlm's at
+  that KL (both read the same way).
 * :func:`null` — worst of K keys' false-flag rate at p ≤ .01 (≤ 2%) and p ≤ .05 (≤ 7%) on each human domain.
 * :func:`speed` — generation time watermarked / unwatermarked ≤ 1.2 per regime (interleaved, side by side);
   detection ≥ 5×10^7 tokens/s on token ids.
@@ -37,7 +37,7 @@ from ..bench.seeds import derive_seed
 from .config import ROBUSTNESS_EDITS, ScorecardConfig
 from .lines import Line, clopper_pearson
 
-__all__ = ["Run", "forgery", "diversity", "power", "robustness", "null", "speed", "user_loop", "THIEF_NAMES"]
+__all__ = ["Run", "forgery", "diversity", "power", "robustness", "null", "speed", "user_loop", "THIEF_NAMES", "zipf_ids"]
 
 #: Printed names of the thieves (registered attack → promise text); the adaptive thief is not gated.
 THIEF_NAMES: dict[str, str] = {
@@ -234,7 +234,7 @@ def power(run: Run) -> list[Line]:
         for b in run.cfg.tier.kl_budgets:
             e = at_kl_conservative(mine, "tpr", b, "scheme")
             best, best_name = None, ""
-            for base in run.cfg.baselines:
+            for base in run.cfg.comparison():
                 c = cs.get((regime, base.name))
                 if c is None or not run.diversity_pass.get((base.name, regime), False):
                     continue
@@ -249,7 +249,8 @@ def power(run: Run) -> list[Line]:
 
 
 def robustness(run: Run) -> list[Line]:
-    """TPR after each standard edit at the default's KL against red-green-dlm's at that KL (module doc)."""
+    """TPR after each standard edit at each KL budget of the power line, against red-green-dlm's at that KL, both
+    read off their swept curves the way the power line reads them (module doc)."""
     if not run.cfg.tier.robustness:
         return []
     from ..bench.plan import attack_family
@@ -260,16 +261,15 @@ def robustness(run: Run) -> list[Line]:
         mine, rgd = cs.get((regime, run.label)), cs.get((regime, "red-green-dlm"))
         if mine is None:
             continue
-        default = next((p for p in mine.points if p.default), mine.points[0])
-        kl = default.get("kl")
-        for attack, strength in ROBUSTNESS_EDITS:
-            stat = f"tpr:{attack_family(attack)}@{strength:g}"
-            e = default.get(stat)
-            ref = at_kl_conservative(rgd, stat, kl.mean, "reference") if kl.ok else _NA
-            out.append(_estimate_line(f"robustness: TPR after {attack} {strength:g}, {regime} (vs red-green-dlm "
-                                      f"{'n/a' if not ref.ok else f'{ref.mean:.2f}'} at KL {kl.mean:.3f})", e,
-                                      ref.mean if ref.ok else float("nan"), ">=", red_green_dlm=ref.mean if ref.ok else None,
-                                      kl=kl.mean if kl.ok else None, note_ref=ref.note))
+        for b in run.cfg.tier.kl_budgets:
+            for attack, strength in ROBUSTNESS_EDITS:
+                stat = f"tpr:{attack_family(attack)}@{strength:g}"
+                e = at_kl_conservative(mine, stat, b, "scheme")
+                ref = at_kl_conservative(rgd, stat, b, "reference")
+                out.append(_estimate_line(f"robustness: TPR after {attack} {strength:g}, KL {b:g} nats/token, {regime} "
+                                          f"(vs red-green-dlm {'n/a' if not ref.ok else f'{ref.mean:.2f}'})", e,
+                                          ref.mean if ref.ok else float("nan"), ">=", red_green_dlm=ref.mean if ref.ok else None,
+                                          kl=b, note_ref=ref.note))
     return out
 
 
@@ -318,9 +318,21 @@ def null(run: Run) -> list[Line]:
 
 
 # ---------------------------------------------------------------------------------------------- speed
+def zipf_ids(n_tokens: int, vocab_size: int, length: int = 256, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """The detection workload: ⌈n_tokens/length⌉ texts of ``length`` token ids drawn i.i.d. from a Zipf law
+    (exponent 1.1) over a random permutation of the V = ``vocab_size`` ids, so texts repeat tokens as real text
+    does. Returns ids (B, length) int64 and valid (B, length) bool (all True)."""
+    rng = np.random.default_rng(seed % 2**63)
+    prior = 1.0 / np.arange(1, vocab_size + 1) ** 1.1
+    prior = prior[rng.permutation(vocab_size)]
+    B = -(-n_tokens // length)
+    ids = torch.from_numpy(rng.choice(vocab_size, size=(B, length), p=prior / prior.sum()))
+    return ids, torch.ones_like(ids, dtype=torch.bool)
+
+
 def speed(run: Run) -> list[Line]:
-    """Generation time ratio per regime and detection throughput (module doc). The interval is the range over
-    repeats, a spread, not a confidence interval: where the tier gates only on decisive lines the speed lines
+    """Generation time ratio per regime and detection throughput of ``score_ids`` on :func:`zipf_ids` (module doc).
+    The interval is the range over repeats, a spread, not a confidence interval: where the tier gates only on decisive lines the speed lines
     carry none and are INFO (timings follow the machine's load, which a regression guard must not)."""
     from ..detection import pad_ids
 
@@ -341,10 +353,7 @@ def speed(run: Run) -> list[Line]:
                         detail={"seconds_wm": tm["wm"], "seconds_plain": tm["plain"], "texts": len(prompts)}))
     unit = run.units[(run.label, t.regimes[0])]
     scheme = ctx.scheme(unit)
-    groups = _samples(run, unit, t.regimes[0], True)
-    ids = [s for g in groups for s in g if s]
-    ids = (ids * (256 // max(1, len(ids)) + 1))[:256]
-    x, valid = pad_ids(ids)
+    x, valid = zipf_ids(t.speed_tokens, scheme.vocab_size, seed=derive_seed(run.cfg.seed, "scorecard-speed-ids"))
     x, valid = x.to(scheme.device), valid.to(scheme.device)
     n_tok = int(valid.sum())
     secs = interleaved({"detect": lambda: scheme.score_ids(x, valid)}, max(3, t.speed_repeats), scheme.device)["detect"]

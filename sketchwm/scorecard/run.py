@@ -34,9 +34,10 @@ PROMISES: tuple[tuple[str, Callable[[P.Run], list[Line]]], ...] = (
 
 
 def _strengths(registry: Any, name: str, params: dict[str, Any], points: int) -> list[float] | None:
-    """The strengths to sweep: None (the declared grid) for ``points`` 0, else the ``points`` settings of the
-    grid nearest the default in grid order, the default included (a window centred on it where the grid
-    allows, so that KL budgets on either side of the default can be bracketed); None for a scheme without a knob."""
+    """The strengths to sweep: None (the declared grid) for ``points`` 0, else the default and the ``points`` − 1
+    grid settings just below it (weaker), topped up from above where the grid has too few below, in grid order;
+    None for a scheme without a knob. Weaker settings first because the power line's KL budgets lie below
+    most schemes' defaults, and the robustness line reads the default itself."""
     cls = registry.get("scheme", name)
     st = cls.strength
     if st.field is None or points == 0:
@@ -44,8 +45,8 @@ def _strengths(registry: Any, name: str, params: dict[str, Any], points: int) ->
     d = st.value_of(cls.parse_params(params))
     grid = sorted(set(st.grid) | {d})
     i = grid.index(d)
-    lo = max(0, min(i - (points - 1) // 2, len(grid) - points))
-    return [float(v) for v in grid[lo:lo + points]]
+    lo = max(0, i - (points - 1))
+    return [float(v) for v in grid[lo:max(i + 1, lo + points)]]
 
 
 def members(params: dict[str, Any]) -> int:
@@ -70,7 +71,7 @@ def bench_config(cfg: ScorecardConfig, registry: Any) -> Any:
     t = cfg.tier
     resolved = lambda s: (s.name, reg.get("scheme", s.name).parse_params(s.params).model_dump(mode="json"))  # noqa: E731
     # a baseline identical to the scheme under test would share its cells (same content hash): left out
-    entries = [(cfg.scheme, cfg.scheme_label())] + [(b, b.name) for b in cfg.baselines if resolved(b) != resolved(cfg.scheme)]
+    entries = [(cfg.scheme, cfg.scheme_label())] + [(b, b.name) for b in cfg.comparison() if resolved(b) != resolved(cfg.scheme)]
     schemes = [SchemeEntry(name=s.name, label=label, params=dict(s.params), sweep=True,
                            strengths=_strengths(reg, s.name, dict(s.params), t.sweep_points)) for s, label in entries]
     k = cfg.adaptive_clusters or members(reg.get("scheme", cfg.scheme.name).parse_params(cfg.scheme.params).model_dump())
