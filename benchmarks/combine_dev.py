@@ -65,7 +65,7 @@ def main() -> None:
         base = Unit(scheme=DEFAULT_SCHEME, scheme_name=DEFAULT_SCHEME, scheme_params=json.dumps({"scale": float(scale)}),
                     backend=0, key=0, length=args.length, prompt_set=0, regime=ri)
         wm, _ = ctx.generate(0, args.length, ctx.prompts(0)["eval"], ctx.scheme(base), seed=1000 + ri, regime=ri)
-        null = ctx.null_texts(0, args.length, 0, "null_cal", regime=ri)
+        null = ctx.models.null_texts(0, args.length, 0, "null_cal", regime=ri)
         ids_wm, ids_null = be.encode(wm), be.encode(null)
         x_wm, v_wm = pad_ids(ids_wm)
         x_null, v_null = pad_ids(ids_null)

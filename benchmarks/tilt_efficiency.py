@@ -182,7 +182,8 @@ def measure(regimes: list[str], n: int, length: int, deltas: list[float], params
 
     from sketchwm.api import Watermarker
     from sketchwm.bench.config import BenchConfig
-    from sketchwm.bench.runner import RunContext
+    from sketchwm.bench.inputs import Models, PromptBank
+    from sketchwm.bench.plan import bench_registry, derive_key
 
     cfg = BenchConfig.model_validate({
         "name": "tilt-efficiency", "backends": [{"name": "default"}], "regimes": regimes,
@@ -190,20 +191,21 @@ def measure(regimes: list[str], n: int, length: int, deltas: list[float], params
         "n_null_fpr": 1, "oracle": False, "similarity": False, "tokens_step": 0, "batch_size": n,
         "prompt_sets": [{"name": "dev", "source": "human", "n": n, "words": 20}], "seed": seed,
         **({"key_seed": f"tilt-efficiency/{ks}"} if (ks := seed if key_seed is None else key_seed) else {})})
-    ctx = RunContext(cfg)
-    be, key = ctx.backend(0), ctx.key(0)
+    prompts = PromptBank(cfg)
+    models = Models(cfg, bench_registry(), prompts)
+    be, key = models.backend(0), derive_key(cfg, 0)
     print(f"\n## measured while embedding: {n} texts x {length} tokens per point, `human` development prompts")
     print("regime | delta | KL/token (sampled) | rho-bar | E [95% CI] | E / rho-bar | KL for TPR 0.9 at E | at E = rho-bar"
           " | null z sd")
     for r, reg in enumerate(cfg.regime_list):
-        null = ctx.null_texts(0, length, 0, "null_cal", r)
+        null = models.null_texts(0, length, 0, "null_cal", r)
         for delta in deltas:
             scheme = Watermarker(key, {"scheme": {"name": "global-sketch", "params": {**(params or {}), "delta": delta}}},
                                  backend=be).scheme
             c = scheme.token_weights().double()  # (V,), 0 on excluded tokens
             var0 = float(scheme.background_moments(torch.tensor([length]))[1][0]) / length
             rec = RhoRecorder(c, var0)
-            texts, _ = ctx.generate(0, length, ctx.prompts(0)["eval"], scheme, 1234, regime=r, observers=[rec])
+            texts, _ = models.generate(0, length, prompts.split(0)["eval"], scheme, 1234, regime=r, observers=[rec])
             rho, kls = rec.rho, rec.kl
             s0 = Watermarker(key, {"scheme": {"name": "global-sketch", "params": params or {}}}, backend=be).scheme
             zw = _z(p_values(s0, be, texts))

@@ -78,6 +78,17 @@ def sketchwm_register_metrics() -> list[type]:
     """
 
 
+@hookspec
+def sketchwm_register_cell_kinds() -> list[type]:
+    """Return :class:`sketchwm.bench.cellkind.CellKind` subclasses: the kinds of benchmark cell (``clean``,
+    ``attack``, ``spoof``, ``scrub``, the theory checks, ...).
+
+    Each declares which cells a unit of the grid gets (``plan``), the inputs it reads (``needs``) and
+    how it turns them into evidence for the metrics (``run``); ``sketchwm bench run`` plans and runs
+    every registered kind. Results of all plugins are concatenated; a name registered twice is an error.
+    """
+
+
 # ---------------------------------------------------------------- command line
 @hookspec
 def sketchwm_register_commands(subparsers, parents) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 import pluggy
 
 from .components import Attack, Component, DLMBackend, ScoreFunction, Sketch, WatermarkScheme
+from .bench.cellkind import CellKind
 from .bench.metric import Metric
 from .context import BuildContext
 from .remasking import RemaskingRule
@@ -31,6 +32,7 @@ KINDS: dict[str, tuple[str, type[Component]]] = {
     "scheme": ("sketchwm_register_schemes", WatermarkScheme),
     "attack": ("sketchwm_register_attacks", Attack),
     "metric": ("sketchwm_register_metrics", Metric),
+    "cell-kind": ("sketchwm_register_cell_kinds", CellKind),
     "remasking": ("sketchwm_register_remasking_rules", RemaskingRule),
 }
 
@@ -67,7 +69,7 @@ class Registry:
 
     def names(self, kind: str) -> list[str]:
         """Sorted registered names of ``kind`` ("sketch", "score", "backend", "scheme", "attack", "metric",
-        "remasking")."""
+        "cell-kind", "remasking")."""
         return sorted(self._table(kind))
 
     def get(self, kind: str, name: str) -> type[Component]:

@@ -116,7 +116,7 @@ def swept(tmp_path_factory):
     out = tmp_path_factory.mktemp("swept")
     cfg = BenchConfig.model_validate(grid())
     mp = pytest.MonkeyPatch()
-    mp.setattr(RunContext, "oracle", lambda self: FakeOracle())
+    mp.setattr("sketchwm.oracle.OracleLM", FakeOracle)
     try:
         run_bench(cfg, out, registry=_acme_registry(), progress=False)
     finally:
@@ -173,8 +173,8 @@ def test_diversity_rows_record_repeats_and_the_ranking_shows_them(swept):
 def test_regime_sampler_settings():
     cfg = BenchConfig.model_validate(grid(regimes=["mdlm-random-t1", "llada-blocks-t0.5", "dream-entropy-t0.2",
                                                    "llada-greedy"], lengths=[64]))
-    ctx = RunContext(cfg)
-    got = [ctx.sampler_config(0, 64, i) for i in range(4)]
+    models = RunContext(cfg).models
+    got = [models.sampler_config(0, 64, i) for i in range(4)]
     assert [g["block_length"] for g in got] == [64, 32, 64, 32]
     assert [g["remasking"] for g in got] == ["random", "low_confidence", "entropy", "low_confidence"]
     assert [g["temperature"] for g in got] == [1.0, 0.5, 0.2, 0.0]

@@ -126,7 +126,7 @@ def test_the_regime_runs_in_the_harness(tmp_path):
         "schemes": [{"name": DEFAULT_SCHEME}, {"name": "red-green-dlm"}], "lengths": [32],
         "prompt_sets": [{"name": "w", "source": "tiny", "n": 4}], "keys": 1, "n_null_cal": 99, "n_null_fpr": 20,
         "attacks": [], "tokens_step": 0, "batch_size": 64, "metrics": ["tpr@1%fpr"]})
-    sampler = RunContext(cfg).sampler_config(0, 32, 0)
+    sampler = RunContext(cfg).models.sampler_config(0, 32, 0)
     assert (sampler["remasking"], sampler["remasking_params"], sampler["steps"], sampler["block_length"]) == (
         "confidence_threshold", {"threshold": 0.9}, 32, 32)
     assert run_bench(cfg, tmp_path, progress=False)["ran"] == 2

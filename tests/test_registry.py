@@ -137,7 +137,7 @@ def test_every_hook_is_documented_and_exercised():
     exercised = {"sketchwm_register_sketches": "make_plugin(DenseGaussianSketch)",
                  "sketchwm_register_scores": 'names("score")', "sketchwm_register_backends": 'names("backend")',
                  "sketchwm_register_schemes": 'names("scheme")', "sketchwm_register_attacks": 'names("attack")',
-                 "sketchwm_register_metrics": 'names("metric")',
+                 "sketchwm_register_metrics": 'names("metric")', "sketchwm_register_cell_kinds": 'names("cell-kind")',
                  "sketchwm_register_remasking_rules": 'names("remasking")',
                  "sketchwm_register_commands": "make_command_plugin("}
     for name in specs:

@@ -29,13 +29,12 @@ from ..detection import bin_thresholds, calibrated_bins
 from ..stats import conformal_min_size as min_null_size  # re-exported: ⌈1/α⌉ − 1
 from ..stats import conformal_quantile, decide
 
-__all__ = ["Metric", "MetricValue", "CellData", "threshold", "decisions", "calibrated", "min_null_size", "CELL_KINDS", "THEORY_KINDS", "TASKS"]
+__all__ = ["Metric", "MetricValue", "CellData", "threshold", "decisions", "calibrated", "min_null_size", "CELL_KINDS", "TASKS"]
 
-#: what a cell evaluates: clean watermarked texts, attacked ones, spoofed (unwatermarked-origin) ones
-#: or watermarked texts scrubbed with a stolen model
+#: the built-in cell kinds whose cells hold texts (:mod:`sketchwm.bench.builtin_kinds`): clean watermarked
+#: texts, attacked ones, spoofed (unwatermarked-origin) ones or watermarked texts scrubbed with a stolen
+#: model; the kinds a metric applies to unless it says otherwise (the theory checks' metrics list theirs)
 CELL_KINDS = ("clean", "attack", "spoof", "scrub")
-#: cell kinds of the theory checks (:mod:`sketchwm.bench.theory`); metrics opt in by listing them
-THEORY_KINDS = ("theory-kl", "theory-fisher", "theory-sound", "theory-edit")
 #: leaderboard tables a metric can belong to
 TASKS = ("power", "robustness", "quality", "stealing", "speed", "theory")
 
@@ -54,7 +53,8 @@ class CellData:
     """Everything a metric may read about one cell (numpy arrays; n texts, m null texts).
 
     Attributes:
-        kind: one of :data:`CELL_KINDS`; attack, strength, train_n: what was done to the texts.
+        kind: the cell's kind (a registered :class:`sketchwm.bench.cellkind.CellKind`, e.g. one of
+            :data:`CELL_KINDS`); attack, strength, train_n: what was done to the texts.
         scores, p_values: (n,) float64 detection score and p-value of the cell's texts.
         n_tokens: (n,) int64 tokens scored per text.
         analytic: {α: (n,) float64} the scheme's analytic τ_α per text (−inf where the scheme has none).
@@ -154,7 +154,7 @@ class Metric(Component):
 
     Subclasses set ``name``, ``unit`` (e.g. "fraction", "tokens", "tokens/s"), ``higher_is_better``
     (True, False, or None when neither, e.g. an observed FPR that should sit at α), ``task`` (the
-    leaderboard table, one of :data:`TASKS`) and ``kinds`` (the cell kinds it applies to).
+    leaderboard table, one of :data:`TASKS`) and ``kinds`` (the names of the cell kinds it applies to).
     """
 
     kind = "metric"

@@ -1,7 +1,8 @@
 """The bench plan: which units (backend × scheme setting × regime × length × prompt set × key) and which
-cells (clean, attack, scrub, spoof, theory) a config asks for, in a stable order with a hash per cell so
-an interrupted run resumes. Pure bookkeeping, no model is loaded here; :mod:`sketchwm.bench.runner` runs
-the plan.
+cells a config asks for, in a stable order with a hash per cell so an interrupted run resumes. Each
+registered cell kind (:class:`sketchwm.bench.cellkind.CellKind`: clean, attack, spoof, scrub, the theory
+checks) says which cells a unit gets. Pure bookkeeping, no model is loaded here;
+:mod:`sketchwm.bench.runner` runs the plan.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from typing import Any
 
 from ..config import config_hash
 from ..keys import WatermarkKey
+from .cellkind import CellKind, UnitScope
 from .config import BenchConfig, check_unique_labels
 from .seeds import derive_seed
-from .theory import THEORY_KINDS
 
 #: false-positive rates at which per-text analytic thresholds are computed
 ALPHAS = (0.01, 0.001)
@@ -39,25 +40,32 @@ _seed = derive_seed  # the runner's short name
 
 
 def bench_registry(registry: Any = None) -> Any:
-    """``registry`` (default: the installed plugins), checked to hold benchmark metrics.
+    """``registry`` (default: the installed plugins), checked to hold benchmark metrics and cell kinds.
 
-    The built-in metrics register like every plugin, through the entry point ``builtin-metrics``
-    (:mod:`sketchwm.bench.builtin_metrics`); the runner does not import them itself.
+    The built-in metrics and cell kinds register like every plugin, through the entry points
+    ``builtin-metrics`` (:mod:`sketchwm.bench.builtin_metrics`) and ``builtin-cell-kinds``
+    (:mod:`sketchwm.bench.builtin_kinds`); the runner does not import them itself.
 
     Raises:
-        RegistryError: no metric is registered (sketchwm's entry points are not installed: run
-            ``pip install -e .`` in the checkout).
+        RegistryError: no metric or no cell kind is registered (sketchwm's entry points are not
+            installed: run ``pip install -e .`` in the checkout).
     """
     if registry is None:
         from ..registry import get_registry
 
         registry = get_registry()
-    if not registry.names("metric"):
-        from ..errors import RegistryError
+    for kind, entry_point in (("metric", "builtin-metrics"), ("cell-kind", "builtin-cell-kinds")):
+        if not registry.names(kind):
+            from ..errors import RegistryError
 
-        raise RegistryError("no benchmark metrics are registered (the entry point 'builtin-metrics' is missing): "
-                            "reinstall sketchwm with `pip install -e .`")
+            raise RegistryError(f"no benchmark {kind}s are registered (the entry point {entry_point!r} is missing): "
+                                "reinstall sketchwm with `pip install -e .`")
     return registry
+
+
+def cell_kinds(registry: Any) -> list[CellKind]:
+    """The registered cell kinds, built, in the order their cells come in a unit (``order``, then name)."""
+    return sorted((registry.build("cell-kind", n) for n in registry.names("cell-kind")), key=lambda k: (k.order, k.name))
 
 
 @dataclass(frozen=True)
@@ -146,9 +154,11 @@ def plan(cfg: BenchConfig, registry: Any) -> list[tuple[Unit, list[Cell]]]:
         if not isinstance(ta, str):
             registry.get("attack", ta.name).parse_params(ta.params)
     fps = [derive_key(cfg, k).fingerprint for k in range(cfg.keys)]
+    kinds = cell_kinds(registry)
     # a cell's hash covers the metrics that may apply to it: adding theory metrics (which apply to
     # theory cells only) leaves the hashes, hence the finished parts, of every other cell valid
-    theory_only = {n for n in metrics if set(registry.get("metric", n).kinds) <= set(THEORY_KINDS)}
+    theory = {k.name for k in kinds if k.evidence == "theory"}
+    theory_only = {n for n in metrics if set(registry.get("metric", n).kinds) <= theory}
     common = {"sampler": cfg.sampler, **({"diversity": cfg.diversity.model_dump()} if cfg.diversity else {}), "n_null_cal": cfg.n_null_cal, "n_null_fpr": cfg.n_null_fpr, "seed": cfg.seed,
               "metrics": [n for n in metrics if n not in theory_only], "oracle": cfg.oracle, "similarity": cfg.similarity, "tokens_step": cfg.tokens_step,
               "batch_size": cfg.batch_size}
@@ -177,47 +187,18 @@ def plan(cfg: BenchConfig, registry: Any) -> list[tuple[Unit, list[Cell]]]:
                                          "key": fps[k], "length": length, "prompts": ps.model_dump(mode="json")}
                                 if cfg.regimes:  # the default regime keeps the hashes of configs without regimes
                                     ident["regime"] = regime.model_dump(mode="json")
-                                cells = []
-
-                                def add(kind: str, attack: str, strength: float, aparams: dict, n: int, train_n: int = 0,
-                                        extra: dict | None = None, resolved: dict | None = None) -> None:
-                                    # the hash reads the attack's resolved params where given, the cell keeps those written
-                                    h = config_hash({**ident, "kind": kind, "attack": attack, "strength": strength,
-                                                     "attack_params": aparams if resolved is None else resolved, "n": n,
-                                                     "train_n": train_n, **(extra or {})})
-                                    cells.append(Cell(unit, kind, attack, float(strength), json.dumps(aparams, sort_keys=True),
-                                                      n, train_n, h))
-
-                                add("clean", "none", 0.0, {}, ps.n)
-                                for a in cfg.attacks:
-                                    for st in a.strengths:
-                                        add("attack", a.name, st, a.params, min(ps.n, a.n or ps.n),
-                                            resolved=attack_params[a.name, json.dumps(a.params, sort_keys=True)])
-                                if cfg.stealing is not None:
-                                    sp = cfg.stealing.identity()
-                                    for tn in cfg.stealing.train_n:
-                                        if cfg.stealing.generation:
-                                            add("spoof", "steal-spoof", cfg.stealing.delta, {"delta": cfg.stealing.delta},
-                                                min(cfg.n_null_fpr, cfg.stealing.spoof_n), tn, {"stealing": sp})  # on null_fpr prompts
-                                        for ta in cfg.stealing.text_attacks:  # forged human passages
-                                            name, tparams = (ta, {}) if isinstance(ta, str) else (ta.name, ta.params)
-                                            add("spoof", name, cfg.stealing.budget, tparams,
-                                                cfg.stealing.human_n * len(cfg.stealing.human), tn, {"stealing": sp})
-                                        for st in cfg.stealing.scrub_strengths:
-                                            add("scrub", "steal-scrub", st, {}, min(ps.n, cfg.stealing.scrub_n or ps.n), tn,
-                                                {"stealing": sp})
-                                th = cfg.theory
-                                # theory checks: first regime, key 0, the scheme's default strength only
-                                if (th is not None and k == 0 and ri == 0 and at_default
-                                        and (th.schemes is None or label in th.schemes or s.name in th.schemes)):
-                                    tx = {"theory": th.model_dump(mode="json"),
-                                          "theory_metrics": [n for n in metrics if n in theory_only]}
-                                    add("theory-kl", "none", 0.0, {}, th.n_texts, 0, tx)
-                                    for sc in th.fisher_scales:
-                                        add("theory-fisher", "none", sc, {}, th.n_texts, 0, tx)
-                                    if th.n_keys:
-                                        add("theory-sound", "none", 0.0, {}, th.n_human, 0, tx)
-                                    for ke in th.edit_counts:
-                                        add("theory-edit", "none", float(ke), {}, min(th.n_texts, th.n_edit), 0, tx)
+                                scope = UnitScope(cfg, ps, k, ri, label, s.name, at_default, attack_params,
+                                                  tuple(n for n in metrics if n in theory_only))
+                                cells = [_cell(unit, ident, kind.name, spec) for kind in kinds for spec in kind.plan(scope)]
                                 out.append((unit, cells))
     return out
+
+
+def _cell(unit: Unit, ident: dict[str, Any], kind: str, spec: Any) -> Cell:
+    """The cell of ``unit`` that ``spec`` (a :class:`sketchwm.bench.cellkind.CellSpec` of ``kind``) describes;
+    its hash reads the attack's resolved params where the spec gives them, the cell keeps those written."""
+    h = config_hash({**ident, "kind": kind, "attack": spec.attack, "strength": spec.strength,
+                     "attack_params": spec.attack_params if spec.hashed_params is None else spec.hashed_params,
+                     "n": spec.n, "train_n": spec.train_n, **(spec.identity or {})})
+    return Cell(unit, kind, spec.attack, float(spec.strength), json.dumps(spec.attack_params, sort_keys=True), spec.n,
+                spec.train_n, h)

@@ -1,7 +1,7 @@
 """Theory checks of the benchmark harness: the paper's statements measured on the schemes as built.
 
-Four checks, each a benchmark cell kind whose numbers the ``theory`` metrics
-(:mod:`sketchwm.bench.builtin_metrics`) put in the leaderboard's "Theory checks" table:
+Four checks, each a benchmark cell kind (:mod:`sketchwm.bench.builtin_kinds`) whose numbers the ``theory``
+metrics (:mod:`sketchwm.bench.builtin_metrics`) put in the leaderboard's "Theory checks" table:
 
 * ``theory-kl`` — **KL chain rule** (Theorem 5.1, eq. 9 with the factorised transition of eq. 11).
   Texts are generated with random remasking (positions chosen independently of the tilt, so the
@@ -36,7 +36,6 @@ The pure functions (:func:`chain_rule_summary`, :func:`fisher_terms`, :func:`sou
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any, Sequence
 
@@ -45,12 +44,11 @@ import torch
 
 from ..keys import WatermarkKey
 from ..observers import TiltObserver
-from .metric import THEORY_KINDS
 from .seeds import bench_key
 
 __all__ = ["PathRecorder", "chain_rule_summary", "fisher_terms", "soundness_summary", "edit_bound", "edit_ratios",
            "random_edits", "adversarial_substitutions", "sampling_path", "soundness_pvalues", "theory_key",
-           "theory_cell", "THEORY_KINDS"]
+           "has_penalised_sketch"]
 
 
 # ---------------------------------------------------------------------------- (a), (b) sampling path
@@ -270,29 +268,29 @@ def _uses_keyed_uniforms(scheme: Any) -> bool:
     return type(scheme).sampling_uniforms is not WatermarkScheme.sampling_uniforms
 
 
-def sampling_path(ctx: Any, unit: Any, n: int, scales: Sequence[float], seed: int) -> dict[str, Any]:
-    """Generate ``n`` texts of ``unit`` under its keyed scheme with a :class:`PathRecorder` attached.
+def sampling_path(backend: Any, scheme: Any, prompts: Sequence[str], sampler_config: dict[str, Any], batch_size: int,
+                  scales: Sequence[float], seed: int) -> dict[str, Any]:
+    """Generate a text for each of ``prompts`` under ``scheme`` with a :class:`PathRecorder` observing.
 
-    Random remasking, temperature 1 and top-p 1 (the chain rule's conditions; the rest of the
-    sampler settings as the run's). Returns ``{"kl_sum", "log_ratio", "rows" (n,), "fisher_kl",
-    "fisher_half_var" (S,), "scales", "ids" (the texts' token ids, cut at a stop token), "note"}``; a scheme that samples with keyed uniforms (distortion-free
-    schemes: tokens are not drawn from softmax of its logits) gets only a note.
+    Random remasking, temperature 1 and top-p 1 (the chain rule's conditions; the rest of the sampler
+    settings from ``sampler_config``), in batches of ``batch_size``, randomness seeded by ``seed``.
+    Returns ``{"kl_sum", "log_ratio", "rows" (n,), "fisher_kl", "fisher_half_var" (S,), "scales", "ids"
+    (the texts' token ids, cut at a stop token), "note"}``; a scheme that samples with keyed uniforms
+    (distortion-free schemes: tokens are not drawn from softmax of its logits) gets only a note.
     """
     from ..engine import MaskedDiffusionSampler
 
-    scheme, be = ctx.scheme(unit), ctx.backend(unit.backend)
     if _uses_keyed_uniforms(scheme):
         return {"note": "samples with keyed uniforms (distortion-free): its tokens are not drawn from the tilted "
                         "marginals, so the chain rule has no tilt to check"}
-    prompts = list(ctx.prompts(unit.prompt_set)["eval"][:n])
-    cfg = {**ctx.sampler_config(unit.backend, unit.length), "temperature": 1.0, "top_p": 1.0, "remasking": "random"}
-    sampler = MaskedDiffusionSampler(be, cfg, scheme)
-    gen = torch.Generator(device=be.device).manual_seed(seed % 2**62)
+    prompts = list(prompts)
+    cfg = {**sampler_config, "temperature": 1.0, "top_p": 1.0, "remasking": "random"}
+    sampler = MaskedDiffusionSampler(backend, cfg, scheme)
+    gen = torch.Generator(device=backend.device).manual_seed(seed % 2**62)
     rec = PathRecorder(scales)
-    bs = ctx.cfg.batch_size
     ids: list[list[int]] = []
-    for i in range(0, len(prompts), bs):
-        out = sampler.generate(prompts[i:i + bs], gen, observers=[rec])
+    for i in range(0, len(prompts), batch_size):
+        out = sampler.generate(prompts[i:i + batch_size], gen, observers=[rec])
         ids += [row[: int(n)] for row, n in zip(out.ids.tolist(), out.lengths.tolist())]
     note = "keyed uniforms returned during sampling" if rec.keyed_uniforms else ""
     return {"kl_sum": np.concatenate(rec.kl_sum), "log_ratio": np.concatenate(rec.log_ratio),
@@ -300,23 +298,27 @@ def sampling_path(ctx: Any, unit: Any, n: int, scales: Sequence[float], seed: in
             "scales": list(scales), "ids": ids, "note": note}
 
 
-def soundness_pvalues(ctx: Any, unit: Any, spec: Any) -> np.ndarray:
-    """(n_keys·len(domains), n) p-values of human texts (cut to the unit's length) under fresh keys."""
-    from ..api import Watermarker
-    from ..detection import pad_ids
+def soundness_pvalues(encode: Any, length: int, scheme_under: Any, key_seed: str, seed: int, spec: Any) -> np.ndarray:
+    """p-values of human texts under fresh keys: (n_keys·len(domains), n) float64 (NaN read as 1).
+
+    Args:
+        encode: texts → token-id lists (the backend's tokenizer); length: texts are cut to this many tokens.
+        scheme_under: a :class:`sketchwm.keys.WatermarkKey` → the scheme under that key.
+        key_seed: the run's key seed (:func:`theory_key`); seed: the run's seed (which passages are drawn).
+        spec: the config's :class:`sketchwm.bench.config.TheorySpec` (``domains``, ``n_human``, ``n_keys``).
+    """
     from ..data import load_prompts
+    from ..detection import pad_ids
     from .seeds import derive_seed as _seed
 
-    be = ctx.backend(unit.backend)
     doms = []
     for src in spec.domains:
-        texts = load_prompts(src, spec.n_human, seed=_seed(ctx.cfg.seed, "theory", src))
-        doms.append([ids[: unit.length] for ids in be.encode(texts)])
+        texts = load_prompts(src, spec.n_human, seed=_seed(seed, "theory", src))
+        doms.append([ids[:length] for ids in encode(texts)])
     n = min(len(d) for d in doms)
     rows = []
-    params = {"scheme": {"name": unit.scheme_name, "params": json.loads(unit.scheme_params)}}
     for k in range(spec.n_keys):
-        scheme = Watermarker(theory_key(ctx.cfg.key_seed, k), params, backend=be, registry=ctx.registry).scheme
+        scheme = scheme_under(theory_key(key_seed, k))
         for ids in doms:
             x, valid = pad_ids(ids[:n])
             p = scheme.score_ids(x.to(scheme.device), valid.to(scheme.device)).p_value.double().cpu().numpy()
@@ -334,7 +336,7 @@ def edit_ratios(scheme: Any, ids: list[list[int]], k: int, vocab: np.ndarray, se
 
     from ..detection import pad_ids
 
-    if not _has_penalised_sketch(scheme):
+    if not has_penalised_sketch(scheme):
         return None
     score_fn = scheme.score_fn
     rng = np.random.default_rng(seed)
@@ -360,7 +362,7 @@ def edit_ratios(scheme: Any, ids: list[list[int]], k: int, vocab: np.ndarray, se
     return np.where(bound > 0, diff / np.where(bound > 0, bound, 1.0), np.where(diff > 0, np.inf, 0.0))
 
 
-def _has_penalised_sketch(scheme: Any) -> bool:
+def has_penalised_sketch(scheme: Any) -> bool:
     """Whether ``scheme`` has a sketch (``sketch_ids``) and a penalised score (``score_fn.lam``): Theorem 5.6's setting."""
     return hasattr(scheme, "sketch_ids") and hasattr(getattr(scheme, "score_fn", None), "lam")
 
@@ -374,41 +376,3 @@ def _max_feature_norm(sketch: Any, chunk: int = 1024) -> float:
         eye[torch.arange(m), torch.arange(i, i + m)] = 1.0
         best = max(best, float(sketch.project(eye).norm(dim=1).max()))
     return best
-
-
-def theory_cell(ctx: Any, cell: Any) -> tuple[dict[str, Any], str]:
-    """The evidence of one theory cell (``CellData.extra``) and a note (see module doc).
-
-    ``theory-kl``, ``theory-fisher`` and ``theory-edit`` share one recorded generation per unit
-    (cached on ``ctx``; the edits start from its watermarked texts).
-    """
-    from .seeds import derive_seed as _seed
-
-    unit, spec = cell.unit, ctx.cfg.theory
-    path = None
-    if cell.kind == "theory-edit" and not _has_penalised_sketch(ctx.scheme(unit)):
-        return {}, "no sketch with a penalised score: Theorem 5.6 does not apply"
-    if cell.kind != "theory-sound":
-        path = ctx._get(("theory-path", unit), lambda: sampling_path(
-            ctx, unit, spec.n_texts, spec.fisher_scales, _seed(ctx.cfg.seed, "theory-path", unit)))
-    if cell.kind in ("theory-kl", "theory-fisher"):
-        if "kl_sum" not in path:
-            return {}, path["note"]
-        if cell.kind == "theory-kl":
-            return {"chain": chain_rule_summary(path["kl_sum"], path["log_ratio"])}, path["note"]
-        i = path["scales"].index(cell.strength)
-        return {"fisher": (float(path["fisher_kl"][i]), float(path["fisher_half_var"][i]))}, path["note"]
-    if cell.kind == "theory-sound":
-        p = ctx._get(("theory-sound", unit), lambda: soundness_pvalues(ctx, unit, spec))
-        return {"sound": {a: soundness_summary(p, a) for a in (0.01, 0.05)}}, ""
-    # theory-edit
-    be = ctx.backend(unit.backend)
-    banned = np.array(sorted(set(getattr(be, "banned_token_ids", ()) or ()) | {be.mask_token_id}), dtype=np.int64)
-    vocab = np.setdiff1d(np.arange(be.vocab_size), banned)
-    if "ids" not in path:
-        return {}, path["note"]
-    ids = [x for x in path["ids"][: cell.n] if len(x)]
-    r = edit_ratios(ctx.scheme(unit), ids, int(cell.strength), vocab, int(cell.hash, 16) % 2**32)
-    if r is None:
-        return {}, "no sketch with a penalised score: Theorem 5.6 does not apply"
-    return {"edit": r}, ""
