@@ -143,9 +143,9 @@ class OracleStealer:
         self.token_score, self.n_watermarked = token_score.double(), n
 
     def ranked(self, k: int | None = None) -> torch.Tensor:
-        order = torch.argsort(self.token_score, descending=True, stable=True)
-        order = order[self.token_score[order] > 0]
-        return order if k is None else order[:k]
+        from sketchwm_attacks.forgery import top_positive
+
+        return top_positive(self.token_score, k)
 
 
 def evaluate(args: argparse.Namespace, cache: Path) -> dict:

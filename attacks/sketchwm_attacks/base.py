@@ -192,6 +192,25 @@ class TextAttack(Attack):
             built[name] = build()
         return built[name]
 
+    def _stolen_ids(self, default_reference: Callable[[], Sequence[str]] | None = None
+                    ) -> tuple[list[list[int]], list[list[int]]]:
+        """The thief's data of the stealing attacks: token ids (the backend's tokenizer) of the
+        ``watermarked_texts`` resource and of the ``reference_texts`` one (unwatermarked samples of the
+        same model; ``default_reference()`` when it is not given and a default exists).
+
+        Raises:
+            InputError: no watermarked texts, or no reference texts and no default.
+        """
+        wm, ref = self.resources.get("watermarked_texts"), self.resources.get("reference_texts")
+        if wm and not ref and default_reference is not None:
+            ref = default_reference()
+        if not wm or not ref:
+            ref_hint = ("reference_texts=[...] optional" if default_reference is not None
+                        else "and reference_texts=[...], unwatermarked samples of the same model")
+            raise InputError(f"{self.name} needs a fitted stealer=... or watermarked_texts=[...] ({ref_hint})")
+        be = self.backend
+        return be.encode(list(wm)), be.encode(list(ref))
+
     @property
     def backend(self) -> DLMBackend:
         """The DLM backend resource, or the registry's ``default`` backend (built once, lazily)."""

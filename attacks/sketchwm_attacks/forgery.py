@@ -48,7 +48,7 @@ from sketchwm.errors import InputError
 
 from .base import AttackParams, EditResult, TextAttack, n_edits, sample_positions
 
-__all__ = ["DocFrequencyConfig", "two_proportion_z", "DocFrequencyStealer", "ClusteredStealer", "StolenInsertion", "StolenSubstitution",
+__all__ = ["DocFrequencyConfig", "two_proportion_z", "top_positive", "DocFrequencyBase", "DocFrequencyStealer", "ClusteredStealer", "StolenInsertion", "StolenSubstitution",
            "document_frequency"]
 
 
@@ -87,7 +87,46 @@ def two_proportion_z(cw: torch.Tensor, cb: torch.Tensor, nw: int, nb: int, smoot
     return (cw / nw - cb / nb) / se
 
 
-class DocFrequencyStealer:
+def top_positive(score: torch.Tensor, k: int | None = None) -> torch.Tensor:
+    """Indices of the positive entries of ``score`` (n,), highest first, ties in index order (at most ``k``): (k',) int64."""
+    order = torch.argsort(score, descending=True, stable=True)
+    order = order[score[order] > 0]
+    return order if k is None else order[:k]
+
+
+class DocFrequencyBase:
+    """Shared part of the document-frequency stealers (eq. (1) over tokens, or over pairs in
+    :class:`sketchwm_attacks.thieves.PairStealer`): V, the config and the sizes of the two sets.
+
+    Args:
+        vocab_size: V.
+        config: :class:`DocFrequencyConfig` or dict.
+
+    Attributes:
+        n_watermarked: N_w (0 until fitted).
+    """
+
+    #: what the stealer steals, for its error messages
+    what: ClassVar[str] = "document-frequency stealing"
+
+    def __init__(self, vocab_size: int, config: "DocFrequencyConfig | dict | None" = None):
+        self.vocab_size = int(vocab_size)
+        self.config = config if isinstance(config, DocFrequencyConfig) else DocFrequencyConfig.model_validate(config or {})
+        self.n_watermarked = 0
+
+    def _sizes(self, watermarked: Sequence[Sequence[int]], reference: Sequence[Sequence[int]]) -> tuple[int, int]:
+        """(N_w, N_b), the numbers of watermarked and of reference texts.
+
+        Raises:
+            InputError: either set is empty.
+        """
+        nw, nb = len(watermarked), len(reference)
+        if nw == 0 or nb == 0:
+            raise InputError(f"{self.what} needs watermarked and reference texts")
+        return nw, nb
+
+
+class DocFrequencyStealer(DocFrequencyBase):
     """Per-token boost estimate of eq. (1) of the module doc.
 
     Args:
@@ -100,10 +139,8 @@ class DocFrequencyStealer:
     """
 
     def __init__(self, vocab_size: int, config: "DocFrequencyConfig | dict | None" = None):
-        self.vocab_size = int(vocab_size)
-        self.config = config if isinstance(config, DocFrequencyConfig) else DocFrequencyConfig.model_validate(config or {})
+        super().__init__(vocab_size, config)
         self.token_score: torch.Tensor | None = None
-        self.n_watermarked = 0
 
     def fit(self, watermarked: Sequence[Sequence[int]], reference: Sequence[Sequence[int]]) -> "DocFrequencyStealer":
         """Learn s(v) from token-id lists of watermarked and of unwatermarked texts.
@@ -111,9 +148,7 @@ class DocFrequencyStealer:
         Raises:
             InputError: an empty set, or ids outside [0, V).
         """
-        nw, nb = len(watermarked), len(reference)
-        if nw == 0 or nb == 0:
-            raise InputError("document-frequency stealing needs watermarked and reference texts")
+        nw, nb = self._sizes(watermarked, reference)
         V, a = self.vocab_size, self.config.smoothing
         cw = document_frequency(watermarked, V).double()  # (V,)
         cb = document_frequency(reference, V).double()  # (V,)
@@ -130,9 +165,7 @@ class DocFrequencyStealer:
         """
         if self.token_score is None:
             raise InputError("the stealer has not been fitted (call fit first)")
-        order = torch.argsort(self.token_score, descending=True, stable=True)
-        order = order[self.token_score[order] > 0]
-        return order if k is None else order[:k]
+        return top_positive(self.token_score, k)
 
 
 class ClusteredStealer:
@@ -217,12 +250,8 @@ class _StolenWordSpoof(TextAttack):
         return self._resource("stealer", self._fit)
 
     def _fit(self) -> "DocFrequencyStealer | ClusteredStealer":
-        wm, ref = self.resources.get("watermarked_texts"), self.resources.get("reference_texts")
-        if not wm or not ref:
-            raise InputError(f"{self.name} needs a fitted stealer=... or watermarked_texts=[...] and reference_texts=[...] "
-                             "(unwatermarked samples of the same model)")
+        w_ids, r_ids = self._stolen_ids()
         be, p = self.backend, self.params
-        w_ids, r_ids = be.encode(list(wm)), be.encode(list(ref))
         if p.clusters > 1:
             return ClusteredStealer(be.vocab_size, p.clusters, p.n_features, p.stealer).fit(w_ids, r_ids)
         return DocFrequencyStealer(be.vocab_size, p.stealer).fit(w_ids, r_ids)

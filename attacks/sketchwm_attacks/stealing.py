@@ -340,16 +340,10 @@ class StealingScrub(TextAttack):
         return self._resource("stealer", self._fit_stealer)
 
     def _fit_stealer(self) -> WatermarkStealer:
-        wm = self.resources.get("watermarked_texts")
-        if not wm:
-            raise InputError("steal-scrub needs a fitted stealer=WatermarkStealer(...) or watermarked_texts=[...] resource")
-        ref = self.resources.get("reference_texts")
-        if not ref:
-            from .insertion import load_human_texts
+        from .insertion import load_human_texts
 
-            ref = load_human_texts()
-        be = self.backend
-        return WatermarkStealer(be.vocab_size, self.params.stealer).fit(be.encode(list(wm)), be.encode(list(ref)))
+        w_ids, r_ids = self._stolen_ids(default_reference=load_human_texts)
+        return WatermarkStealer(self.backend.vocab_size, self.params.stealer).fit(w_ids, r_ids)
 
     def _edit(self, texts, strength, generator, *, token_ids=None, prompts=None) -> EditResult:
         be, st = self.backend, self.stealer

@@ -43,7 +43,8 @@ from pydantic import Field
 from sketchwm.errors import InputError
 
 from .base import AttackParams, EditResult, TextAttack, n_edits, sample_positions
-from .forgery import ClusteredStealer, DocFrequencyConfig, DocFrequencyStealer, two_proportion_z
+from .forgery import (ClusteredStealer, DocFrequencyBase, DocFrequencyConfig, DocFrequencyStealer, top_positive,
+                      two_proportion_z)
 from .stealing import StealerConfig, WatermarkStealer
 
 __all__ = ["PairStealer", "PairInsertion", "PairSubstitution", "GenerationSpoof", "AdaptiveThief", "pair_keys"]
@@ -73,7 +74,7 @@ def _pair_doc_counts(docs: Sequence[Sequence[int]], V: int) -> tuple[torch.Tenso
     return torch.unique(flat, return_counts=True)
 
 
-class PairStealer:
+class PairStealer(DocFrequencyBase):
     """Per-pair boost estimate: eq. (1) of :mod:`sketchwm_attacks.forgery` over adjacent token pairs.
 
     Args:
@@ -86,12 +87,12 @@ class PairStealer:
         n_watermarked: N_w.
     """
 
+    what = "pair stealing"
+
     def __init__(self, vocab_size: int, config: "DocFrequencyConfig | dict | None" = None):
-        self.vocab_size = int(vocab_size)
-        self.config = config if isinstance(config, DocFrequencyConfig) else DocFrequencyConfig.model_validate(config or {})
+        super().__init__(vocab_size, config)
         self.keys: torch.Tensor | None = None
         self.score = torch.zeros(0, dtype=torch.float64)
-        self.n_watermarked = 0
 
     def fit(self, watermarked: Sequence[Sequence[int]], reference: Sequence[Sequence[int]]) -> "PairStealer":
         """Learn the pair scores from token-id lists of watermarked and of unwatermarked texts.
@@ -99,9 +100,7 @@ class PairStealer:
         Raises:
             InputError: an empty set, or ids outside [0, V).
         """
-        nw, nb = len(watermarked), len(reference)
-        if nw == 0 or nb == 0:
-            raise InputError("pair stealing needs watermarked and reference texts")
+        nw, nb = self._sizes(watermarked, reference)
         V, a = self.vocab_size, self.config.smoothing
         kw, cw = _pair_doc_counts(watermarked, V)  # (K,), (K,)
         keep = cw >= self.config.min_docs
@@ -122,10 +121,7 @@ class PairStealer:
         """
         if self.keys is None:
             raise InputError("the pair stealer has not been fitted (call fit first)")
-        order = torch.argsort(self.score, descending=True, stable=True)
-        order = order[self.score[order] > 0]
-        order = order if k is None else order[:k]
-        keys = self.keys[order]
+        keys = self.keys[top_positive(self.score, k)]
         return torch.stack([keys // self.vocab_size, keys % self.vocab_size], 1)
 
 
@@ -211,14 +207,6 @@ class _Forger(TextAttack):
     needs_backend: ClassVar[bool] = True
     placement: ClassVar[str] = "insert"
 
-    def _texts(self) -> tuple[list[list[int]], list[list[int]]]:
-        wm, ref = self.resources.get("watermarked_texts"), self.resources.get("reference_texts")
-        if not wm or not ref:
-            raise InputError(f"{self.name} needs watermarked_texts=[...] and reference_texts=[...] "
-                             "(unwatermarked samples of the same model), or a fitted stealer=...")
-        be = self.backend
-        return be.encode(list(wm)), be.encode(list(ref))
-
     def _unit_lists(self) -> list[list[tuple[str, ...]]]:
         """Per cluster (one list for a single-key thief), the stolen units, most boosted first."""
         raise NotImplementedError
@@ -249,7 +237,7 @@ class _PairForger(_Forger):
     def stealer(self) -> PairStealer:
         """The ``stealer`` resource (a fitted :class:`PairStealer`), or one fitted from the texts."""
         def fit() -> PairStealer:
-            w, r = self._texts()
+            w, r = self._stolen_ids()
             return PairStealer(self.backend.vocab_size, self.params.stealer).fit(w, r)
         return self._resource("stealer", fit)
 
@@ -295,7 +283,7 @@ class AdaptiveThief(_Forger):
         return self.params.placement
 
     def _unit_lists(self) -> list[list[tuple[str, ...]]]:
-        w, r = self._texts()
+        w, r = self._stolen_ids()
         p, V = self.params, self.backend.vocab_size
         if p.clusters > 1:
             labels = ClusteredStealer(V, p.clusters, p.n_features, p.stealer).fit(w, r).labels.numpy()
@@ -343,11 +331,7 @@ class GenerationSpoof(TextAttack):
     def stealer(self) -> WatermarkStealer:
         """The ``stealer`` resource, or one fitted from ``watermarked_texts`` and ``reference_texts``."""
         def fit() -> WatermarkStealer:
-            wm, ref = self.resources.get("watermarked_texts"), self.resources.get("reference_texts")
-            if not wm or not ref:
-                raise InputError(f"{self.name} needs a fitted stealer=... or watermarked_texts=[...] and reference_texts=[...]")
-            be = self.backend
-            return WatermarkStealer(be.vocab_size, self.params.stealer).fit(be.encode(list(wm)), be.encode(list(ref)))
+            return WatermarkStealer(self.backend.vocab_size, self.params.stealer).fit(*self._stolen_ids())
         return self._resource("stealer", fit)
 
     def _edit(self, texts, strength, generator, *, token_ids=None, prompts=None) -> EditResult:
