@@ -19,9 +19,9 @@ from .errors import ConfigError
 __all__ = ["StrictModel", "ComponentSpec", "validate_params", "config_hash", "DEFAULT_SCHEME"]
 
 #: The scheme a configuration without ``scheme`` uses: ``global-sketch-green``, the global sketch
-#: and a context-keyed green channel embedded together with a coverage handover, and keyed sampling
-#: noise as a third channel (``plugins/sketchwm_builtin/sketch_green.py``; why it is the default: README, "Why the default is
-#: what it is"). Its sketch channel is a ``global-sketch`` under the same key.
+#: and a context-keyed green channel embedded together with a coverage handover
+#: (``plugins/sketchwm_builtin/sketch_green.py``; why it is the default: docs/default-scheme.md).
+#: Its sketch channel is a ``global-sketch`` under the same key.
 DEFAULT_SCHEME = "global-sketch-green"
 
 M = TypeVar("M", bound=BaseModel)

@@ -18,7 +18,8 @@ __all__ = ["sketchwm_register_schemes", "sketchwm_register_commands"]
 @hookimpl
 def sketchwm_register_schemes() -> list[type]:
     """The built-in schemes: the global sketch watermark, its key-family defence against stealing, its
-    combination with a context-keyed green channel and keyed sampling, and the key family of any scheme."""
+    combination with a context-keyed green channel (and optional keyed sampling), and the key family of
+    any scheme."""
     from .family import KeyedFamilyScheme
     from .global_sketch import GlobalSketchScheme
     from .key_family import GlobalSketchFamilyScheme

@@ -24,8 +24,10 @@ SCHEME_PRESETS: dict[str, tuple[str, dict[str, Any]]] = {
     "dmark": ("dmark", {}),
     "gumbel-position": ("gumbel-position", {}),
     "family": ("global-sketch-family", {}),
-    # the default without its keyed-sampling channel
+    # the default's two channels, stated explicitly (the default since sampling defaults to free)
     "green": ("global-sketch-green", {"sampling": "free"}),
+    # the default with its optional third channel, keyed sampling
+    "keyed": ("global-sketch-green", {"sampling": "keyed"}),
     "red-green-dlm": ("red-green-dlm", {}),
     "aar-gumbel": ("aar-gumbel", {}),
 }
