@@ -13,7 +13,8 @@ positions per step (:func:`transfer_schedule`). At each step:
    and packs them, banned ids at -inf, into one :class:`Marginals`;
 3. the watermark scheme (if any) tilts the candidates' marginals
    (:meth:`WatermarkScheme.process_logits`, seed paper Alg. 1 lines 5-9) and may supply keyed
-   uniforms (:meth:`WatermarkScheme.sampling_uniforms`, distortion-free schemes);
+   uniforms (:meth:`WatermarkScheme.sampling_uniforms`, distortion-free schemes); the observers
+   given to ``generate`` (:class:`sketchwm.observers.TiltObserver`) see the logits before and after;
 4. a token x0 is drawn at every candidate by Gumbel-max on ``logits / T`` (:func:`sample_tokens`),
    the noise from the explicit ``torch.Generator`` (one ``rand`` of the candidates' shape) or the
    scheme's uniforms; T = 0 is greedy;
