@@ -134,7 +134,8 @@ def scheme_identity(cls: Any, params: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def plan(cfg: BenchConfig, registry: Any) -> list[tuple[Unit, list[Cell]]]:
-    """Every unit of the grid with its cells (order: schemes, backends, lengths, prompt sets, keys).
+    """Every unit of the grid with its cells (units in the order schemes, regimes, variants, backends,
+    lengths, prompt sets, keys; a unit's cells in its kinds' order, each kind's in the order it plans them).
 
     A cell's hash covers everything that defines its rows: the run's shared settings, the scheme's
     identity (:func:`scheme_identity`: resolved params and version), the backend, key, length,
