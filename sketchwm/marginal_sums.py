@@ -35,6 +35,8 @@ __all__ = ["MarginalSums", "masked_marginal_sums", "row_logsumexp", "CHUNK_ELEME
 
 #: entries per cache block on CPU (4 MiB of float32: one chunk's softmax stays in L2/L3 while summed)
 CHUNK_ELEMENTS = 1 << 20
+#: entries per block of :func:`row_logsumexp` (whole rows: 256 rows of a 30,522-token vocabulary)
+LSE_CHUNK_ELEMENTS = 1 << 23
 #: p is capped at 1 − P_CAP_GAP before log(1 − p), as in the dense expected sketch (no log 0)
 P_CAP_GAP = 1e-6
 
@@ -157,25 +159,33 @@ def masked_marginal_sums(logits: torch.Tensor, valid: torch.Tensor, eps: float =
     return MarginalSums(mass, out, torch.arange(V, device=dev), None, torch.zeros(B, R, dtype=dt, device=dev), 0.0, True)
 
 
-def row_logsumexp(logits: torch.Tensor, chunk_elements: int = CHUNK_ELEMENTS) -> torch.Tensor:
-    """log Σ_v exp(logits[..., v]) of every row, (..., V) → (...), in cache blocks of rows.
+def row_logsumexp(logits: torch.Tensor, chunk_elements: int = LSE_CHUNK_ELEMENTS) -> torch.Tensor:
+    """log Σ_v exp(logits[..., v]) of every row, (..., V) → (...), equal to ``torch.logsumexp(logits, -1)``
+    up to float rounding (a few ulps of the result).
 
-    ``torch.logsumexp`` writes two temporaries of the input's size (x − max and its exp) and
-    ``torch.softmax`` one; here each block of about ``chunk_elements`` entries is shifted, exponentiated
-    and summed in one reused buffer while it is in cache. A row must hold a finite entry. Equal to
-    ``torch.logsumexp(logits, -1)`` up to float rounding.
+    On the CPU, blocks of about ``chunk_elements`` entries (whole rows) go through the fused log-softmax
+    kernel into one reused buffer, and the row's normaliser is read back at one entry j:
+    lse = logits[j] − log_softmax(logits)[j]. j is the largest entry of the first row (a token that
+    no row bans, in practice); a row whose entry j is not finite is computed by ``torch.logsumexp``.
+    One fused pass per block: ``torch.logsumexp`` writes two temporaries of the input's size, and a
+    loop of small reductions per block pays the thread pool's start-up on every op, which a loaded
+    machine multiplies. Elsewhere ``torch.logsumexp``.
     """
     V = logits.shape[-1]
     flat = logits.reshape(-1, V)
     n = flat.shape[0]
-    step = _chunk_rows(n, V, logits.device, chunk_elements)
-    if step >= n:
+    if n == 0 or logits.device.type != "cpu":
         return torch.logsumexp(logits, -1)
+    step = max(1, min(n, chunk_elements // max(1, V)))
+    j = int(flat[0].argmax())
     out = torch.empty(n, dtype=logits.dtype, device=logits.device)
     buf = torch.empty(step, V, dtype=logits.dtype, device=logits.device)
-    for a in range(0, n, step):  # cache blocks of rows (not tokens)
-        x = flat[a:a + step]
-        c = x.shape[0]
-        m = x.amax(-1, keepdim=True)  # (c, 1)
-        out[a:a + c] = torch.sub(x, m, out=buf[:c]).exp_().sum(-1).log_().add_(m[:, 0])
+    for a in range(0, n, step):  # blocks of whole rows
+        blk = flat[a:a + step]
+        c = blk.shape[0]
+        ls = torch.ops.aten._log_softmax.out(blk, -1, False, out=buf[:c])  # (c, V) log-softmax
+        torch.sub(blk[:, j], ls[:, j], out=out[a:a + c])
+    bad = ~torch.isfinite(out)  # entry j banned (−inf) in that row, or a non-finite row
+    if bool(bad.any()):
+        out[bad] = torch.logsumexp(flat[bad], -1)
     return out.view(logits.shape[:-1])

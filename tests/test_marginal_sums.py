@@ -126,3 +126,12 @@ def test_row_logsumexp_matches_torch_in_cache_blocks():
     x[0, 3, :990] = float("-inf")  # a row with few finite entries
     for chunk in (1000, 5000, 1 << 20):  # one row per block, several, everything at once
         torch.testing.assert_close(row_logsumexp(x, chunk_elements=chunk), torch.logsumexp(x, -1), rtol=1e-6, atol=1e-5)
+    # the probe entry j (the first row's largest) banned in some rows, and a row with no finite entry
+    j = int(x.reshape(-1, 1000)[0].argmax())
+    y = x.clone()
+    y[1, 5:9, j] = float("-inf")
+    y[1, 20] = float("-inf")
+    got = row_logsumexp(y, chunk_elements=5000)
+    assert torch.isneginf(got[1, 20]) and torch.isfinite(got[1, 5:9]).all()
+    torch.testing.assert_close(got, torch.logsumexp(y, -1), rtol=1e-6, atol=1e-5)
+    assert row_logsumexp(torch.empty(0, 1000)).shape == (0,)
