@@ -6,8 +6,9 @@ so this script generates each regime's texts once (watermarked at one scale, and
 calibration split) and scores the same token ids under each combination rule: TPR at the analytic
 α = 1% (p ≤ 0.01) and under the one decision rule (p ≤ 0.01 and above the conformal τ_N of the
 calibration split), with bootstrap intervals over texts, and the observed coverage n_d/N that the
-``coverage`` weighting reads. The generation is the bench harness's (:class:`RunContext`): regimes,
-seeds and prompt splits as a ``sketchwm bench run`` with the same config would draw them.
+``coverage`` weighting reads. The generation is the bench harness's (its
+:class:`~sketchwm.bench.inputs.Services`): regimes, seeds and prompt splits as a ``sketchwm bench
+run`` with the same config would draw them.
 
 Development use only: the default config draws its prompts from the shipped ``human`` passages
 (``frontier_dev.yaml``'s split), not the ``prompts`` set the leaderboard reports on.
@@ -28,7 +29,7 @@ import numpy as np
 from sketchwm.bench.bootstrap import bootstrap_interval
 from sketchwm.bench.config import BenchConfig
 from sketchwm.bench.plan import Unit
-from sketchwm.bench.runner import RunContext
+from sketchwm.bench.inputs import Services
 from sketchwm.config import DEFAULT_SCHEME
 from sketchwm.detection import pad_ids
 from sketchwm.stats import conformal_quantile
@@ -58,20 +59,22 @@ def main() -> None:
         "prompt_sets": [{"name": "dev", "source": args.source, "n": args.n, "words": 20}],
         "keys": 1, "n_null_cal": args.n_cal, "n_null_fpr": 2, "oracle": False, "similarity": False,
         "tokens_step": 0, "batch_size": 48, "sampler": {"steps": 32}})
-    ctx = RunContext(cfg)
-    be = ctx.backend(0)
+    services = Services.build(cfg)
+    models, schemes = services.models, services.schemes
+    be = models.backend(0)
     for ri, (regime, scale) in enumerate(pairs):
         t0 = time.perf_counter()
         base = Unit(scheme=DEFAULT_SCHEME, scheme_name=DEFAULT_SCHEME, scheme_params=json.dumps({"scale": float(scale)}),
                     backend=0, key=0, length=args.length, prompt_set=0, regime=ri)
-        wm, _ = ctx.generate(0, args.length, ctx.prompts(0)["eval"], ctx.scheme(base), seed=1000 + ri, regime=ri)
-        null = ctx.models.null_texts(0, args.length, 0, "null_cal", regime=ri)
+        wm, _ = models.generate(0, args.length, services.prompts.split(0)["eval"], schemes.scheme(base), seed=1000 + ri,
+                                regime=ri)
+        null = models.null_texts(0, args.length, 0, "null_cal", regime=ri)
         ids_wm, ids_null = be.encode(wm), be.encode(null)
         x_wm, v_wm = pad_ids(ids_wm)
         x_null, v_null = pad_ids(ids_null)
         for label, extra in VARIANTS.items():
             unit = dataclasses.replace(base, scheme=label, scheme_params=json.dumps({"scale": float(scale), **extra}))
-            sch = ctx.scheme(unit)
+            sch = schemes.scheme(unit)
             o_wm, o_null = sch.score_ids(x_wm, v_wm), sch.score_ids(x_null, v_null)
             p_wm, p_null = o_wm.p_value.double().numpy(), o_null.p_value.double().numpy()
             tau = conformal_quantile(o_null.score.double().numpy(), 0.01)

@@ -278,17 +278,17 @@ def test_leaderboard_page_in_chromium(board):
 
 
 def test_kl_recorder_leaves_texts_unchanged():
+    from sketchwm.bench.inputs import Services
     from sketchwm.bench.recorders import KLRecorder
-    from sketchwm.bench.runner import RunContext, Unit
+    from sketchwm.bench.runner import Unit
 
-    cfg = BenchConfig.model_validate(tiny_config())
-    ctx = RunContext(cfg)
-    prompts = ctx.prompts(0)["eval"]
+    services = Services.build(BenchConfig.model_validate(tiny_config()))
+    prompts, models = services.prompts.split(0)["eval"], services.models
     for name, tilts in (("global-sketch", True), ("aar-gumbel", False)):
-        scheme = ctx.scheme(Unit(name, name, "{}", 0, 0, 16, 0))
+        scheme = services.schemes.scheme(Unit(name, name, "{}", 0, 0, 16, 0))
         rec = KLRecorder()
-        with_kl, _ = ctx.generate(0, 16, prompts, scheme, seed=3, observers=[rec])
-        plain, _ = ctx.generate(0, 16, prompts, scheme, seed=3)
+        with_kl, _ = models.generate(0, 16, prompts, scheme, seed=3, observers=[rec])
+        plain, _ = models.generate(0, 16, prompts, scheme, seed=3)
         assert with_kl == plain
         kl_all = torch.cat(rec.kl)
         assert kl_all.numel() >= len(prompts) * 16 and (kl_all >= -1e-9).all()

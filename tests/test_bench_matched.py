@@ -19,7 +19,8 @@ from sketchwm.bench.config import REGIMES, BenchConfig, load_config, resolve_con
 from sketchwm.bench.leaderboard import build_leaderboard
 from sketchwm.bench.matched import Curve, Estimate, Point, at_kl, markmywords, waterbench, winners
 from sketchwm.bench.results import read_results
-from sketchwm.bench.runner import RunContext, bench_registry, plan, run_bench
+from sketchwm.bench.inputs import Services
+from sketchwm.bench.runner import bench_registry, plan, run_bench
 from sketchwm.components import Strength
 from sketchwm.errors import ConfigError
 from sketchwm.hookspecs import hookimpl
@@ -173,7 +174,7 @@ def test_diversity_rows_record_repeats_and_the_ranking_shows_them(swept):
 def test_regime_sampler_settings():
     cfg = BenchConfig.model_validate(grid(regimes=["mdlm-random-t1", "llada-blocks-t0.5", "dream-entropy-t0.2",
                                                    "llada-greedy"], lengths=[64]))
-    models = RunContext(cfg).models
+    models = Services.build(cfg).models
     got = [models.sampler_config(0, 64, i) for i in range(4)]
     assert [g["block_length"] for g in got] == [64, 32, 64, 32]
     assert [g["remasking"] for g in got] == ["random", "low_confidence", "entropy", "low_confidence"]

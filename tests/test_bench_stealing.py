@@ -149,16 +149,16 @@ def test_unrelated_rate_counts_each_unrelated_key_once():
     α = 1, none at α = 0, and it scores under J distinct keys (not the victim's)."""
     import torch
 
-    from sketchwm.bench.runner import RunContext
+    from sketchwm.bench.inputs import Services
 
     steal = {**STEALING, "train_n": [4], "unrelated_keys": 3, "generation": False}
     cfg = BenchConfig.model_validate(_config(stealing=steal, keys=1, schemes=[{"name": "global-sketch", "params": UNIFORM}]))
     (unit, _), = plan(cfg, bench_registry())
-    ctx = RunContext(cfg, bench_registry())
-    ids = ctx.backend(unit.backend).encode(["the water runs down the hill and the sun is up over the town again"] * 2)
-    unrelated = ctx.unrelated(unit)
+    services = Services.build(cfg, bench_registry())
+    ids = services.models.backend(unit.backend).encode(["the water runs down the hill and the sun is up over the town again"] * 2)
+    unrelated = services.schemes.unrelated(unit)
     assert unrelated.count == 3
     assert np.array_equal(unrelated.rate(ids, alpha=1.0), np.ones(2))
     assert np.array_equal(unrelated.rate(ids, alpha=0.0), np.zeros(2))
-    u = [unrelated.scheme(j).u for j in range(3)] + [ctx.scheme(unit).u]  # the Rademacher directions
+    u = [unrelated.scheme(j).u for j in range(3)] + [services.schemes.scheme(unit).u]  # the Rademacher directions
     assert all(not torch.equal(u[a], u[b]) for a in range(4) for b in range(a + 1, 4))

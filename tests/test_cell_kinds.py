@@ -14,7 +14,8 @@ from sketchwm.bench.cellkind import INPUTS, CellEvidence, CellKind, CellSpec, ce
 from sketchwm.bench.config import BenchConfig
 from sketchwm.bench.metric import CELL_KINDS, Metric, MetricValue
 from sketchwm.bench.results import read_results
-from sketchwm.bench.runner import RunContext, bench_registry, plan, run_bench
+from sketchwm.bench.inputs import Services
+from sketchwm.bench.runner import bench_registry, plan, run_bench, unit_inputs
 from sketchwm.errors import ConfigError, RegistryError
 from sketchwm.hookspecs import hookimpl
 from sketchwm.testing.schemes import plugin_registry
@@ -86,7 +87,7 @@ def test_every_input_is_built_for_a_kind_that_names_it():
     cfg = _config(stealing=steal, theory=theory, n_null_cal=4, n_null_fpr=2, prompt_sets=[{"name": "w", "source": "tiny",
                                                                                            "n": 2}])
     (unit, _), = plan(cfg, bench_registry())
-    got = RunContext(cfg).inputs(Everything(), unit)
+    got = unit_inputs(Services.build(cfg), Everything(), unit)
     types_of = {"texts": I.UnitTexts, "nulls": I.NullSplits, "scorer": I.UnitScorer, "quality": I.CleanQuality,
                 "attacks": I.Attacks, "theft": I.Theft, "human": tuple, "unrelated": I.UnrelatedKeys,
                 "spoofing": I.SpoofSetting, "vocab": np.ndarray, "path": dict, "soundness": np.ndarray}
@@ -102,7 +103,7 @@ def test_a_kind_naming_an_unknown_input_is_refused():
 
     (unit, _), = plan(_config(), bench_registry())
     with pytest.raises(ConfigError, match="needs unknown inputs \\['everything-else'\\]"):
-        RunContext(_config()).inputs(Greedy(), unit)
+        unit_inputs(Services.build(_config()), Greedy(), unit)
 
 
 def test_a_third_party_kind_is_planned_and_run_like_a_builtin(tmp_path):

@@ -119,14 +119,15 @@ def test_the_regime_runs_in_the_harness(tmp_path):
     steps capped at the length) and the default and a baseline get clean cells there."""
     from sketchwm.bench.config import BenchConfig
     from sketchwm.bench.results import read_results
-    from sketchwm.bench.runner import RunContext, run_bench
+    from sketchwm.bench.inputs import Services
+    from sketchwm.bench.runner import run_bench
 
     cfg = BenchConfig.model_validate({
         "name": "fast", "backends": [{"name": "tiny"}], "regimes": ["fastdllm-blocks-t0.5-c0.9"],
         "schemes": [{"name": DEFAULT_SCHEME}, {"name": "red-green-dlm"}], "lengths": [32],
         "prompt_sets": [{"name": "w", "source": "tiny", "n": 4}], "keys": 1, "n_null_cal": 99, "n_null_fpr": 20,
         "attacks": [], "tokens_step": 0, "batch_size": 64, "metrics": ["tpr@1%fpr"]})
-    sampler = RunContext(cfg).models.sampler_config(0, 32, 0)
+    sampler = Services.build(cfg).models.sampler_config(0, 32, 0)
     assert (sampler["remasking"], sampler["remasking_params"], sampler["steps"], sampler["block_length"]) == (
         "confidence_threshold", {"threshold": 0.9}, 32, 32)
     assert run_bench(cfg, tmp_path, progress=False)["ran"] == 2

@@ -1,11 +1,12 @@
 """What the benchmark's cells read: small typed inputs, and the run-level services that make them.
 
-Services, one of each per run: :class:`PromptBank` (the prompt splits and the human passages),
-:class:`Models` (backends, sampler settings, generation and the shared unwatermarked texts) and
-:class:`Oracle` (perplexities). Inputs, built once per unit by :class:`sketchwm.bench.runner.RunContext`
-and handed to a cell kind under their names in :data:`sketchwm.bench.cellkind.INPUTS`:
-:class:`UnitTexts`, :class:`NullSplits`, :class:`UnitScorer`, :class:`CleanQuality`,
-:class:`Attacks`, :class:`Theft`, :class:`UnrelatedKeys`, :class:`SpoofSetting`.
+Services, one of each per run, bundled in :class:`Services`: :class:`PromptBank` (the prompt splits
+and the human passages), :class:`Models` (backends, sampler settings, generation and the shared
+unwatermarked texts), :class:`Schemes` (the run's keys and each unit's keyed scheme) and
+:class:`Oracle` (perplexities). Inputs, built once per unit by the runner
+(:func:`sketchwm.bench.runner.run_cells`) and handed to a cell kind under their names in
+:data:`sketchwm.bench.cellkind.INPUTS`: :class:`UnitTexts`, :class:`NullSplits`, :class:`UnitScorer`,
+:class:`CleanQuality`, :class:`Attacks`, :class:`Theft`, :class:`UnrelatedKeys`, :class:`SpoofSetting`.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ import torch
 
 from ..data import load_prompts
 from ..detection import pad_ids
+from ..keys import WatermarkKey
 from ..observers import TiltObserver
 from .cellkind import Scored
 from .config import BenchConfig
-from .plan import ALPHAS, _seed
+from .plan import ALPHAS, Unit, _seed, bench_registry, derive_key, derive_unrelated_key, resolved_params
 
-__all__ = ["PromptBank", "Models", "Oracle", "UnitTexts", "NullSplits", "UnitScorer", "CleanQuality", "Attacks",
+__all__ = ["Services", "PromptBank", "Models", "Schemes", "Oracle", "UnitTexts", "NullSplits", "UnitScorer", "CleanQuality", "Attacks",
            "Theft", "UnrelatedKeys", "SpoofSetting", "prefix_tokens_to_detect"]
 
 
@@ -200,6 +202,100 @@ class Oracle:
                 self._model = OracleLM()
             self._ppl[cache_key] = np.array(self._model.perplexity(list(texts)), dtype=np.float64)
         return self._ppl[cache_key]
+
+
+class Schemes:
+    """The run's keys and each unit's keyed scheme on the unit's backend, each built once.
+
+    Args:
+        cfg: the run's config (reads ``key_seed`` and ``stealing``); registry: where schemes are looked
+            up; models: the run's :class:`Models` (the units' backends).
+    """
+
+    def __init__(self, cfg: BenchConfig, registry: Any, models: Models):
+        self.cfg, self.registry, self.models = cfg, registry, models
+        self._built: dict[tuple, Any] = {}
+
+    def _once(self, key: tuple, build: Callable[[], Any]) -> Any:
+        if key not in self._built:
+            self._built[key] = build()
+        return self._built[key]
+
+    def key(self, i: int) -> WatermarkKey:
+        """Key ``i`` of the run (:func:`sketchwm.bench.plan.derive_key`)."""
+        return self._once(("key", i), lambda: derive_key(self.cfg, i))
+
+    def keyed(self, unit: Unit, key: WatermarkKey) -> Any:
+        """``unit``'s scheme and params under ``key``, on the unit's backend; built afresh on every call.
+
+        Raises:
+            ConfigError, RegistryError: as :class:`sketchwm.api.Watermarker`.
+        """
+        from ..api import Watermarker
+
+        spec = {"scheme": {"name": unit.scheme_name, "params": json.loads(unit.scheme_params)}}
+        return Watermarker(key, spec, backend=self.models.backend(unit.backend), registry=self.registry).scheme
+
+    def scheme(self, unit: Unit) -> Any:
+        """The unit's scheme under its own key (:meth:`key` of ``unit.key``)."""
+        return self._once(("scheme", unit), lambda: self.keyed(unit, self.key(unit.key)))
+
+    def unrelated(self, unit: Unit) -> "UnrelatedKeys":
+        """The unit's scheme under the config's ``stealing.unrelated_keys`` keys unrelated to its own
+        (:func:`sketchwm.bench.plan.derive_unrelated_key`; none without ``stealing``)."""
+        count = self.cfg.stealing.unrelated_keys if self.cfg.stealing else 0
+        return UnrelatedKeys(count, lambda j: self._once(("unrelated", unit, j), lambda: self.keyed(
+            unit, derive_unrelated_key(self.cfg, unit.key, j))))
+
+    def knob(self, unit: Unit) -> tuple[str, float, bool, str]:
+        """The unit's strength knob: (Params field or "", its value or NaN, whether it is the scheme's default,
+        which direction is stronger: "higher" or "lower")."""
+        def build() -> tuple[str, float, bool, str]:
+            cls = self.registry.get("scheme", unit.scheme_name)
+            st = cls.strength
+            v = st.value_of(cls.parse_params(json.loads(unit.scheme_params)))
+            d = st.value_of(cls.parse_params(None))
+            return st.field or "", float("nan") if v is None else v, v == d, st.stronger
+        return self._once(("knob", unit), build)
+
+    def resolved_params(self, unit: Unit) -> str:
+        """The unit's scheme params as the scheme runs them (every default filled in), as sorted JSON:
+        the ``scheme_params_resolved`` column, the params part of the cells' identity."""
+        def build() -> str:
+            cls = self.registry.get("scheme", unit.scheme_name)
+            return json.dumps(resolved_params(cls, json.loads(unit.scheme_params)), sort_keys=True)
+        return self._once(("resolved", unit), build)
+
+
+@dataclass(frozen=True)
+class Services:
+    """The run's services, one of each: what the runner builds the cells' inputs from, and what a caller
+    that runs cells reads besides (the scorecard's promises generate and score with the same ones).
+
+    Attributes:
+        cfg: the validated :class:`BenchConfig`; registry: the plugin registry
+            (:func:`sketchwm.bench.plan.bench_registry`); prompts: :class:`PromptBank`; models:
+            :class:`Models`; schemes: :class:`Schemes`; oracle: :class:`Oracle`.
+    """
+
+    cfg: BenchConfig
+    registry: Any
+    prompts: PromptBank
+    models: Models
+    schemes: Schemes
+    oracle: Oracle
+
+    @classmethod
+    def build(cls, cfg: BenchConfig, registry: Any = None) -> "Services":
+        """The services of ``cfg``, nothing built yet; ``registry`` defaults to the installed plugins.
+
+        Raises:
+            RegistryError: as :func:`sketchwm.bench.plan.bench_registry`.
+        """
+        registry = bench_registry(registry)
+        prompts = PromptBank(cfg)
+        models = Models(cfg, registry, prompts)
+        return cls(cfg, registry, prompts, models, Schemes(cfg, registry, models), Oracle(cfg.oracle))
 
 
 # ---------------------------------------------------------------------------------------------- inputs

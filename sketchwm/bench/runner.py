@@ -8,84 +8,64 @@ once. A *cell* is one thing done to the unit's texts, of a registered kind
 checks). Each cell is identified by a content hash of its configuration; its rows go to one Parquet
 part (:mod:`sketchwm.bench.results`), so a restarted run skips finished cells.
 
-A kind names the inputs it reads (:data:`sketchwm.bench.cellkind.INPUTS`); :class:`RunContext` builds
-each of them once per unit from the run's services (:mod:`sketchwm.bench.inputs`) and
-:func:`run_cell` hands the kind exactly those.
+A kind names the inputs it reads (:data:`sketchwm.bench.cellkind.INPUTS`); :func:`run_cells` builds
+each of them once per unit from the run's :class:`~sketchwm.bench.inputs.Services` and hands the
+kind exactly those.
 
-Executors: ``local`` runs units in this process with one shared :class:`RunContext`; ``ray`` runs
-each unit as a Ray task (its own context) and writes parts as tasks finish.
+Executors: ``local`` runs every cell in this process through one :func:`run_cells` call; ``ray`` runs
+each unit as a Ray task (its own services) and writes parts as tasks finish.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator
 
 import numpy as np
 
 from .. import __version__
 from ..errors import ConfigError
-from ..keys import WatermarkKey
-from ..observers import TiltObserver
 from .cellkind import INPUTS, CellKind, Scored, text_rows  # noqa: F401 - Scored re-exported
 from .config import BenchConfig
-from .inputs import (Attacks, CleanQuality, Models, NullSplits, Oracle, PromptBank, SpoofSetting, Theft,  # noqa: F401
-                     UnitScorer, UnitTexts, UnrelatedKeys, prefix_tokens_to_detect)  # prefix_tokens_to_detect re-exported
+from .inputs import (Attacks, CleanQuality, NullSplits, Services, SpoofSetting, Theft, UnitScorer, UnitTexts,
+                     prefix_tokens_to_detect)  # noqa: F401 - prefix_tokens_to_detect re-exported
 from .metric import Metric, decisions
-from .plan import (ALPHAS, Cell, Unit, _seed, attack_family, bench_registry, cell_kinds, derive_key,  # noqa: F401 - re-exported
-                   derive_unrelated_key, metric_names, plan, resolved_params)
+from .plan import (ALPHAS, Cell, Unit, _seed, attack_family, bench_registry, cell_kinds,  # noqa: F401 - re-exported
+                   metric_names, plan)
 from .recorders import KLRecorder
 from .results import done_cells, git_commit, remove_stale_parts, write_part
 
-__all__ = ["Unit", "Cell", "plan", "RunContext", "run_cell", "run_unit", "run_bench", "bench_registry", "attack_family",
-           "ALPHAS", "Scored", "keyed_scheme", "prefix_tokens_to_detect"]
+__all__ = ["Unit", "Cell", "plan", "Services", "run_cells", "unit_inputs", "run_bench", "bench_registry",
+           "attack_family", "ALPHAS", "Scored", "prefix_tokens_to_detect"]
 
 
-def keyed_scheme(ctx: "RunContext", unit: Unit, key: WatermarkKey) -> Any:
-    """``unit``'s scheme and params under ``key``, on the unit's backend (not cached here).
-
-    Raises:
-        ConfigError, RegistryError: as :class:`sketchwm.api.Watermarker`.
-    """
-    from ..api import Watermarker
-
-    spec = {"scheme": {"name": unit.scheme_name, "params": json.loads(unit.scheme_params)}}
-    return Watermarker(key, spec, backend=ctx.backend(unit.backend), registry=ctx.registry).scheme
-
-
-class RunContext:
-    """The run's wiring: its services, built once, and each unit's inputs, built once and handed to a
-    cell kind by name (:meth:`inputs`). Cell kinds never see this object.
+class _Wiring:
+    """One run's wiring: its services, metrics and cell kinds, and each unit's inputs, built once and
+    handed to a cell kind by name (:meth:`inputs`). Cell kinds never see this object.
 
     Args:
-        cfg: the validated config; registry: plugin registry (default: installed plugins, checked by
-            :func:`bench_registry`).
+        services: the run's :class:`Services`.
 
     Attributes:
-        cfg, registry; metrics: the run's :class:`Metric` objects; kinds: {name: :class:`CellKind`};
-        commit: the checkout's git commit; prompt_bank: :class:`PromptBank`; models: :class:`Models`;
-        oracle: :class:`Oracle`.
+        services, cfg, registry; metrics: the run's :class:`Metric` objects; kinds: {name: :class:`CellKind`};
+        commit: the checkout's git commit.
     """
 
-    def __init__(self, cfg: BenchConfig, registry: Any = None):
-        self.cfg = cfg
-        self.registry = bench_registry(registry)
-        self.metrics: list[Metric] = [self.registry.create("metric", n) for n in metric_names(cfg, self.registry)]
+    def __init__(self, services: Services):
+        s = self.services = services
+        self.cfg, self.registry = s.cfg, s.registry
+        self.metrics: list[Metric] = [self.registry.create("metric", n) for n in metric_names(s.cfg, self.registry)]
         self.kinds: dict[str, CellKind] = {k.name: k for k in cell_kinds(self.registry)}
         self.commit = git_commit()
-        self.prompt_bank = PromptBank(cfg)
-        self.models = Models(cfg, self.registry, self.prompt_bank)
-        self.oracle = Oracle(cfg.oracle)
         self._cache: dict[Any, Any] = {}
         self._inputs: dict[str, Callable[[Unit], Any]] = {
             "texts": self.texts, "nulls": self.nulls, "scorer": self.scorer, "quality": self.quality,
-            "attacks": self.attacks, "theft": self.theft, "human": lambda unit: self.prompt_bank.human(),
-            "unrelated": self.unrelated, "spoofing": self.spoofing, "scheme": self.scheme, "vocab": self.vocab,
-            "path": self.path, "soundness": self.soundness}
+            "attacks": self.attacks, "theft": self.theft, "human": lambda unit: s.prompts.human(),
+            "unrelated": s.schemes.unrelated, "spoofing": self.spoofing, "scheme": s.schemes.scheme,
+            "vocab": self.vocab, "path": self.path, "soundness": self.soundness}
 
     def _get(self, key: Any, build: Callable[[], Any]) -> Any:
         """``build()``, once per ``key`` for the run."""
@@ -114,74 +94,41 @@ class RunContext:
             raise ConfigError(f"cell kind {kind.name!r} needs unknown inputs {unknown}; known: {', '.join(INPUTS)}")
         return {n: self._inputs[n](unit) for n in kind.needs}
 
-    # ------------------------------------------------------------------ the run's services by index
-    def backend(self, i: int) -> Any:
-        """Backend ``i`` of the config (:meth:`Models.backend`)."""
-        return self.models.backend(i)
+    def _backend(self, unit: Unit) -> Any:
+        return self.services.models.backend(unit.backend)
 
-    def prompts(self, p: int) -> dict[str, list[str]]:
-        """Prompt set ``p``'s splits (:meth:`PromptBank.split`)."""
-        return self.prompt_bank.split(p)
-
-    def key(self, i: int) -> WatermarkKey:
-        """Key ``i`` (see :func:`derive_key`)."""
-        return self._get(("key", i), lambda: derive_key(self.cfg, i))
-
-    def generate(self, b: int, length: int, prompts: Sequence[str], scheme: Any, seed: int, regime: int = 0,
-                 observers: Sequence[TiltObserver] = ()) -> tuple[list[str], float]:
-        """:meth:`Models.generate`."""
-        return self.models.generate(b, length, prompts, scheme, seed, regime, observers)
-
-    # ------------------------------------------------------------------ the unit's scheme
-    def scheme(self, unit: Unit) -> Any:
-        """The keyed scheme of ``unit`` on its backend's device."""
-        return self._get(("scheme", unit), lambda: keyed_scheme(self, unit, self.key(unit.key)))
-
-    def knob(self, unit: Unit) -> tuple[str, float, bool, str]:
-        """The unit's strength knob: (Params field or "", its value or NaN, whether it is the scheme's default,
-        which direction is stronger: "higher" or "lower")."""
-        def build() -> tuple[str, float, bool, str]:
-            cls = self.registry.get("scheme", unit.scheme_name)
-            st = cls.strength
-            v = st.value_of(cls.parse_params(json.loads(unit.scheme_params)))
-            d = st.value_of(cls.parse_params(None))
-            return st.field or "", float("nan") if v is None else v, v == d, st.stronger
-        return self._get(("knob", unit), build)
-
-    def resolved_params(self, unit: Unit) -> str:
-        """The unit's scheme params as the scheme runs them (every default filled in), as sorted JSON:
-        the ``scheme_params_resolved`` column, the params part of the cells' identity."""
-        def build() -> str:
-            cls = self.registry.get("scheme", unit.scheme_name)
-            return json.dumps(resolved_params(cls, json.loads(unit.scheme_params)), sort_keys=True)
-        return self._get(("resolved", unit), build)
+    def _prompts(self, unit: Unit) -> dict[str, list[str]]:
+        return self.services.prompts.split(unit.prompt_set)
 
     # ------------------------------------------------------------------ the units' inputs (cellkind.INPUTS)
     def scorer(self, unit: Unit) -> UnitScorer:
-        return self._get(("scorer", unit), lambda: UnitScorer(self.scheme(unit), self.backend(unit.backend).encode,
-                                                              self.cfg.tokens_step))
+        return self._get(("scorer", unit), lambda: UnitScorer(self.services.schemes.scheme(unit),
+                                                              self._backend(unit).encode, self.cfg.tokens_step))
 
     def texts(self, unit: Unit) -> UnitTexts:
         def build() -> UnitTexts:
-            prompts = self.prompts(unit.prompt_set)["eval"]
+            prompts = self._prompts(unit)["eval"]
             rec = KLRecorder()
-            wm, secs = self.models.generate(unit.backend, unit.length, prompts, self.scheme(unit),
-                                            _seed(self.cfg.seed, "wm", unit), unit.regime, [rec] if self.cfg.kl else ())
+            wm, secs = self.services.models.generate(unit.backend, unit.length, prompts, self.services.schemes.scheme(unit),
+                                                     _seed(self.cfg.seed, "wm", unit), unit.regime,
+                                                     [rec] if self.cfg.kl else ())
             kl, per_text, sampled = rec.per_text(len(wm)) or (None, None, None)
             return UnitTexts(wm, prompts, secs, self.scorer(unit).score(wm), kl, per_text, sampled)
         return self._get(("texts", unit), build)
 
     def nulls(self, unit: Unit) -> NullSplits:
         def build() -> NullSplits:
-            null = lambda split: self.models.null_texts(unit.backend, unit.length, unit.prompt_set, split, unit.regime)  # noqa: E731
+            models = self.services.models
+            null = lambda split: models.null_texts(unit.backend, unit.length, unit.prompt_set, split, unit.regime)  # noqa: E731
             fpr_texts = null("null_fpr")
             return NullSplits(self.scorer(unit).score(null("null_cal")), self.scorer(unit).score(fpr_texts), fpr_texts)
         return self._get(("nulls", unit), build)
 
     def quality(self, unit: Unit) -> CleanQuality:
         def build() -> CleanQuality:
-            ppl = self.oracle.ppl(self.texts(unit).texts, ("wm", unit))
-            null_ppl = None if ppl is None else self.oracle.ppl(
+            oracle = self.services.oracle
+            ppl = oracle.ppl(self.texts(unit).texts, ("wm", unit))
+            null_ppl = None if ppl is None else oracle.ppl(
                 self.nulls(unit).fpr_texts, ("null", unit.backend, unit.length, unit.prompt_set, unit.regime))
             return CleanQuality(ppl, null_ppl, self._diversity(unit, True), self._diversity(unit, False))
         return self._get(("quality", unit), build)
@@ -195,39 +142,34 @@ class RunContext:
         tag = ("div", unit) if watermarked else ("div-null", unit.backend, unit.length, unit.prompt_set, unit.regime)
 
         def build() -> list[list[list[int]]]:
-            prompts = self.prompts(unit.prompt_set)["eval"][: spec.prompts]
+            prompts = self._prompts(unit)["eval"][: spec.prompts]
             rep = [p for p in prompts for _ in range(spec.samples)]  # (prompts·samples) prompts, sample-major
-            texts, _ = self.models.generate(unit.backend, unit.length, rep, self.scheme(unit) if watermarked else None,
-                                            _seed(self.cfg.seed, *tag), regime=unit.regime)
-            ids = self.backend(unit.backend).encode(texts)
+            scheme = self.services.schemes.scheme(unit) if watermarked else None
+            texts, _ = self.services.models.generate(unit.backend, unit.length, rep, scheme, _seed(self.cfg.seed, *tag),
+                                                     regime=unit.regime)
+            ids = self._backend(unit).encode(texts)
             return [ids[i * spec.samples:(i + 1) * spec.samples] for i in range(len(prompts))]
         return self._get(tag, build)
 
     def attacks(self, unit: Unit) -> Attacks:
-        return self._get(("attacks", unit.backend),
-                         lambda: Attacks(self.registry, self.backend(unit.backend), self.cfg.similarity))
+        return self._get(("attacks", unit.backend), lambda: Attacks(self.registry, self._backend(unit), self.cfg.similarity))
 
     def theft(self, unit: Unit) -> Theft:
         def build() -> Theft:
-            be = self.backend(unit.backend)
-            train = self.models.generate(unit.backend, unit.length, self.prompts(unit.prompt_set)["steal_train"],
-                                         self.scheme(unit), _seed(self.cfg.seed, "steal", unit), unit.regime)[0]
-            ref = self.models.null_texts(unit.backend, unit.length, unit.prompt_set, "steal_ref", unit.regime)
+            be, models = self._backend(unit), self.services.models
+            train = models.generate(unit.backend, unit.length, self._prompts(unit)["steal_train"],
+                                    self.services.schemes.scheme(unit), _seed(self.cfg.seed, "steal", unit), unit.regime)[0]
+            ref = models.null_texts(unit.backend, unit.length, unit.prompt_set, "steal_ref", unit.regime)
             return Theft(train, ref, lambda tr, rf: self.registry.create(
                 "attack", "steal-scrub", None, backend=be, watermarked_texts=tr, reference_texts=rf).stealer)
         return self._get(("theft", unit), build)
 
-    def unrelated(self, unit: Unit) -> UnrelatedKeys:
-        count = self.cfg.stealing.unrelated_keys if self.cfg.stealing else 0
-        return UnrelatedKeys(count, lambda j: self._get(("unrelated-scheme", unit, j), lambda: keyed_scheme(
-            self, unit, derive_unrelated_key(self.cfg, unit.key, j))))
-
     def spoofing(self, unit: Unit) -> SpoofSetting:
-        return SpoofSetting(self.backend(unit.backend), self.prompts(unit.prompt_set)["null_fpr"],
-                            self.models.sampler_config(unit.backend, unit.length, unit.regime))
+        return SpoofSetting(self._backend(unit), self._prompts(unit)["null_fpr"],
+                            self.services.models.sampler_config(unit.backend, unit.length, unit.regime))
 
     def vocab(self, unit: Unit) -> np.ndarray:
-        be = self.backend(unit.backend)
+        be = self._backend(unit)
         banned = np.array(sorted(set(getattr(be, "banned_token_ids", ()) or ()) | {be.mask_token_id}), dtype=np.int64)
         return np.setdiff1d(np.arange(be.vocab_size), banned)
 
@@ -236,15 +178,15 @@ class RunContext:
 
         spec = self.cfg.theory
         return self._get(("theory-path", unit), lambda: sampling_path(
-            self.backend(unit.backend), self.scheme(unit), self.prompts(unit.prompt_set)["eval"][: spec.n_texts],
-            self.models.sampler_config(unit.backend, unit.length), self.cfg.batch_size, spec.fisher_scales,
+            self._backend(unit), self.services.schemes.scheme(unit), self._prompts(unit)["eval"][: spec.n_texts],
+            self.services.models.sampler_config(unit.backend, unit.length), self.cfg.batch_size, spec.fisher_scales,
             _seed(self.cfg.seed, "theory-path", unit)))
 
     def soundness(self, unit: Unit) -> np.ndarray:
         from .theory import soundness_pvalues
 
         return self._get(("theory-sound", unit), lambda: soundness_pvalues(
-            self.backend(unit.backend).encode, unit.length, lambda key: keyed_scheme(self, unit, key),
+            self._backend(unit).encode, unit.length, lambda key: self.services.schemes.keyed(unit, key),
             self.cfg.key_seed, self.cfg.seed, self.cfg.theory))
 
 
@@ -254,42 +196,38 @@ COLUMNS = ["row_type", "text_index", "n_tokens", "score", "p_value", "detected",
            "unrelated_flagged", "metric", "value", "unit", "higher_is_better", "task", "deterministic", "n", "note"]
 
 
-def _head(ctx: RunContext, cell: Cell, kind: CellKind) -> dict[str, Any]:
+def _head(w: _Wiring, cell: Cell, kind: CellKind) -> dict[str, Any]:
     """The columns every row of ``cell`` shares: what the cell is, its unit, the run and the code."""
-    unit = cell.unit
-    knob = ctx.knob(unit)
+    unit, cfg, schemes = cell.unit, w.cfg, w.services.schemes
+    knob = schemes.knob(unit)
     return {
-        "run": ctx.cfg.name, "cell_hash": cell.hash, "cell_kind": cell.kind, "scheme": unit.scheme,
+        "run": cfg.name, "cell_hash": cell.hash, "cell_kind": cell.kind, "scheme": unit.scheme,
         "scheme_name": unit.scheme_name, "scheme_params": unit.scheme_params, "scheme_version": unit.scheme_version,
-        "scheme_params_resolved": ctx.resolved_params(unit), "curve": unit.curve or unit.scheme,
-        "regime": ctx.cfg.regime_list[unit.regime].name, "regime_index": unit.regime, "knob": knob[0],
-        "knob_value": knob[1], "default_strength": knob[2], "knob_stronger": knob[3], "tokens_step": ctx.cfg.tokens_step,
-        "min_tokens": ctx.scorer(unit).min_tokens if kind.evidence == "texts" else None,
-        "backend": ctx.cfg.backends[unit.backend].name,
-        "model_id": str(getattr(ctx.backend(unit.backend), "model_id", "")), "length": unit.length,
-        "prompt_set": ctx.cfg.prompt_sets[unit.prompt_set].name, "key_index": unit.key,
-        "key_fingerprint": ctx.key(unit.key).fingerprint, "attack": cell.attack, "attack_family": attack_family(cell.attack),
-        "attack_params": cell.attack_params, "strength": cell.strength, "train_n": cell.train_n, "seed": ctx.cfg.seed,
-        "package_version": __version__, "git_commit": ctx.commit,
+        "scheme_params_resolved": schemes.resolved_params(unit), "curve": unit.curve or unit.scheme,
+        "regime": cfg.regime_list[unit.regime].name, "regime_index": unit.regime, "knob": knob[0],
+        "knob_value": knob[1], "default_strength": knob[2], "knob_stronger": knob[3], "tokens_step": cfg.tokens_step,
+        "min_tokens": w.scorer(unit).min_tokens if kind.evidence == "texts" else None,
+        "backend": cfg.backends[unit.backend].name,
+        "model_id": str(getattr(w.services.models.backend(unit.backend), "model_id", "")), "length": unit.length,
+        "prompt_set": cfg.prompt_sets[unit.prompt_set].name, "key_index": unit.key,
+        "key_fingerprint": schemes.key(unit.key).fingerprint, "attack": cell.attack, "attack_family": attack_family(cell.attack),
+        "attack_params": cell.attack_params, "strength": cell.strength, "train_n": cell.train_n, "seed": cfg.seed,
+        "package_version": __version__, "git_commit": w.commit,
     }
 
 
-def run_cell(ctx: RunContext, cell: Cell) -> list[dict[str, Any]]:
+def _run_cell(w: _Wiring, cell: Cell) -> list[dict[str, Any]]:
     """All rows of one cell: its texts' rows (with the one rule's decision), the kind's further rows
-    (e.g. a clean cell's null splits) and one summary row per metric that applies to the kind.
-
-    Raises:
-        RegistryError: the cell's kind is not registered.
-    """
+    (e.g. a clean cell's null splits) and one summary row per metric that applies to the kind."""
     t0 = time.perf_counter()
-    kind = ctx.kind(cell.kind)
-    ev = kind.run(cell, **ctx.inputs(kind, cell.unit))
+    kind = w.kind(cell.kind)
+    ev = kind.run(cell, **w.inputs(kind, cell.unit))
     sc, columns = ev.texts, dict(ev.columns)
     if len(sc.scores):
         flags, _ = decisions(ev.data, sc.scores, 0.01, sc.analytic[0.01], sc.n_tokens)  # the one rule, per length bin
         columns["detected"] = None if flags is None else flags.astype(np.float64)
     rows = text_rows("text", sc, columns) + ev.rows
-    for m in ctx.metrics:
+    for m in w.metrics:
         if cell.kind not in m.kinds:
             continue
         v = m.compute(ev.data)
@@ -298,23 +236,44 @@ def run_cell(ctx: RunContext, cell: Cell) -> list[dict[str, Any]]:
         rows.append({"row_type": "summary", "metric": m.name, "value": float(v.value), "unit": m.unit,
                      "higher_is_better": m.higher_is_better, "task": m.task, "deterministic": m.deterministic,
                      "n": int(v.n), "note": v.note})
-    head = _head(ctx, cell, kind)
+    head = _head(w, cell, kind)
     wall = time.perf_counter() - t0
     return [{**head, "row_index": j, **{c: r.get(c) for c in COLUMNS}, "wall_time_s": wall} for j, r in enumerate(rows)]
 
 
-def run_unit(ctx: RunContext, cells: Sequence[Cell]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
-    """(cell hash, rows) for each cell, in order, sharing the unit's texts through ``ctx``."""
+def run_cells(services: Services, cells: Iterable[Cell]) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+    """(cell hash, rows) of each cell of ``cells``, in order, each cell run when the iterator reaches it.
+
+    The cells share their units' inputs: each is built once for the whole call, from ``services``
+    (whose keys, schemes and generated null texts a caller may read before or after). A cell's rows:
+    its texts' rows (with the one rule's decision), its kind's further rows (e.g. a clean cell's null
+    splits) and one summary row per metric that applies to its kind; every row holds the columns
+    :data:`COLUMNS` after the cell's head.
+
+    Raises:
+        RegistryError: a cell's kind, a metric or a component is not registered.
+        ConfigError: a kind names an input the runner does not build.
+    """
+    w = _Wiring(services)
     for cell in cells:
-        yield cell.hash, run_cell(ctx, cell)
+        yield cell.hash, _run_cell(w, cell)
+
+
+def unit_inputs(services: Services, kind: CellKind, unit: Unit) -> dict[str, Any]:
+    """{name: input} of the inputs ``kind`` names (:data:`sketchwm.bench.cellkind.INPUTS`), built for
+    ``unit`` from ``services``, as :func:`run_cells` hands them to the kind.
+
+    Raises:
+        ConfigError: the kind names an input the runner does not build.
+    """
+    return _Wiring(services).inputs(kind, unit)
 
 
 def _ray_unit(cfg_json: str, cells: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
-    """Ray task body: a fresh context (installed plugins) runs one unit's cells."""
+    """Ray task body: fresh services (installed plugins) run one unit's cells."""
     cfg = BenchConfig.model_validate_json(cfg_json)
-    ctx = RunContext(cfg)
     cs = [Cell(**{**c, "unit": Unit(**c["unit"])}) for c in cells]
-    return list(run_unit(ctx, cs))
+    return list(run_cells(Services.build(cfg), cs))
 
 
 def _require_ray() -> Any:
@@ -377,11 +336,9 @@ def run_bench(cfg: BenchConfig, out: str | Path, *, registry: Any = None, execut
     bar = tqdm(total=n_todo, unit="cell", desc=f"bench {cfg.name}", disable=not show, dynamic_ncols=True)
     try:
         if executor == "local":
-            ctx = RunContext(cfg, registry)
-            for _, cells in todo:
-                for h, rows in run_unit(ctx, cells):
-                    write_part(out, h, rows)
-                    bar.update(1)
+            for h, rows in run_cells(Services.build(cfg, registry), [c for _, cells in todo for c in cells]):
+                write_part(out, h, rows)
+                bar.update(1)
         elif executor == "ray":
             ray = _require_ray()
             if not ray.is_initialized():

@@ -1,6 +1,7 @@
 """The promises of the scorecard, one function each, every one returning :class:`~sketchwm.scorecard.lines.Line` s.
 
-Each reads a :class:`Run` (the benchmark context of the run, its plan and its results) and states its rule:
+Each reads a :class:`Run` (the run's prompts, models and keyed schemes, its default units and the benchmark
+cells' result rows) and states its rule:
 
 * :func:`forgery` — spoof rate of each thief at each N (flagged by the one decision rule at 1% FPR under
   the victim key; Clopper-Pearson interval over forged texts): ≤ 5% with upper bound ≤ 10% for the word,
@@ -31,6 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from ..bench.inputs import Models, PromptBank, Schemes
 from ..bench.matched import Estimate, at_kl, curves, estimate
 from ..bench.perf import interleaved
 from ..bench.seeds import derive_seed
@@ -49,17 +51,24 @@ THIEF_NAMES: dict[str, str] = {
 
 @dataclass
 class Run:
-    """What the promises read: the scorecard config, the benchmark context and plan, the result rows.
+    """What the promises read: the scorecard config, the benchmark run's services, its default units and
+    the result rows. The promises use the run's backend 0, prompt set 0 and key 0.
 
     Attributes:
-        cfg: the :class:`ScorecardConfig`; ctx: the :class:`sketchwm.bench.runner.RunContext`.
+        cfg: the :class:`ScorecardConfig`.
+        prompts: the benchmark run's :class:`sketchwm.bench.inputs.PromptBank`; models: its
+            :class:`sketchwm.bench.inputs.Models`; schemes: its :class:`sketchwm.bench.inputs.Schemes`.
+        regimes: the benchmark config's regime names, in index order.
         units: {(entry label, regime name): the entry's default-strength unit} (key 0).
         df: the result rows of the run's cells (:func:`sketchwm.bench.results.read_results`).
         diversity_pass: {(entry label, regime): whether the entry passes its diversity lines}.
     """
 
     cfg: ScorecardConfig
-    ctx: Any
+    prompts: PromptBank
+    models: Models
+    schemes: Schemes
+    regimes: tuple[str, ...]
     units: dict[tuple[str, str], Any]
     df: pd.DataFrame
     diversity_pass: dict[tuple[str, str], bool] = field(default_factory=dict)
@@ -70,7 +79,8 @@ class Run:
         return self.cfg.scheme_label()
 
     def regime_index(self, name: str) -> int:
-        return [r.name for r in self.ctx.cfg.regime_list].index(name)
+        """The index of regime ``name`` in :attr:`regimes` (ValueError if absent)."""
+        return self.regimes.index(name)
 
 
 def _rate_line(promise: str, hits: np.ndarray, threshold: float, direction: str = "<=", gate: float = float("nan"),
@@ -152,20 +162,17 @@ DIVERSITY_RULES = (("distinct", "distinct texts per prompt", -0.25, ">="),
 
 
 def _samples(run: Run, unit: Any, regime: str, watermarked: bool) -> list[list[list[int]]]:
+    """Token ids of the tier's diversity samples in ``regime``, watermarked under ``unit``'s scheme or not:
+    a list over the first ``diversity_prompts`` eval prompts of lists over ``diversity_samples`` seeds."""
     t = run.cfg.tier
-    ctx = run.ctx
-    key = ("scorecard-div", unit if watermarked else None, regime)
-
-    def build() -> list[list[list[int]]]:
-        prompts = ctx.prompts(0)["eval"][: t.diversity_prompts]
-        rep = [p for p in prompts for _ in range(t.diversity_samples)]
-        scheme = ctx.scheme(unit) if watermarked else None
-        seed = derive_seed(run.cfg.seed, "scorecard-diversity", unit.scheme if watermarked else "none", regime)
-        texts, _ = ctx.generate(0, t.length, rep, scheme, seed, regime=run.regime_index(regime))
-        ids = ctx.backend(0).encode(texts)
-        S = t.diversity_samples
-        return [ids[i * S:(i + 1) * S] for i in range(len(prompts))]
-    return ctx._get(key, build)
+    prompts = run.prompts.split(0)["eval"][: t.diversity_prompts]
+    rep = [p for p in prompts for _ in range(t.diversity_samples)]
+    scheme = run.schemes.scheme(unit) if watermarked else None
+    seed = derive_seed(run.cfg.seed, "scorecard-diversity", unit.scheme if watermarked else "none", regime)
+    texts, _ = run.models.generate(0, t.length, rep, scheme, seed, regime=run.regime_index(regime))
+    ids = run.models.backend(0).encode(texts)
+    S = t.diversity_samples
+    return [ids[i * S:(i + 1) * S] for i in range(len(prompts))]
 
 
 def diversity(run: Run) -> list[Line]:
@@ -287,13 +294,12 @@ def _human(run: Run, domain: str, n: int | None) -> list[str]:
 
 def null(run: Run) -> list[Line]:
     """Worst of K keys' false-flag rate at p ≤ .01 and .05 on each human domain (module doc)."""
-    from ..bench.runner import keyed_scheme
     from ..detection import pad_ids
 
-    t, ctx = run.cfg.tier, run.ctx
+    t = run.cfg.tier
     unit = run.units[(run.label, t.regimes[0])]
-    root = ctx.key(0)
-    be = ctx.backend(0)
+    root = run.schemes.key(0)
+    be = run.models.backend(0)
     batches = {}
     for domain in run.cfg.human:  # passages of at least 16 tokens, one padded batch per domain
         ids = [x for x in be.encode(_human(run, domain, t.null_texts)) if len(x) >= 16]
@@ -301,7 +307,7 @@ def null(run: Run) -> list[Line]:
     alphas = ((0.01, 0.02), (0.05, 0.07))
     counts = {(d, a): [] for d in batches for a, _ in alphas}  # per (domain, α): flagged texts per key
     for k in range(t.null_keys):  # per key: its scheme built once, every passage of every domain scored
-        scheme = keyed_scheme(ctx, unit, root.subkey(f"scorecard/null-key/{k}"))
+        scheme = run.schemes.keyed(unit, root.subkey(f"scorecard/null-key/{k}"))
         for d, (_, x, valid) in batches.items():
             p = np.nan_to_num(scheme.score_ids(x.to(scheme.device), valid.to(scheme.device)).p_value.double().cpu().numpy(), nan=1.0)
             for a, _ in alphas:
@@ -336,23 +342,23 @@ def speed(run: Run) -> list[Line]:
     carry none and are INFO (timings follow the machine's load, which a regression guard must not)."""
     from ..detection import pad_ids
 
-    t, ctx = run.cfg.tier, run.ctx
-    prompts = ctx.prompts(0)["eval"][: t.speed_batch]
+    t, models = run.cfg.tier, run.models
+    prompts = run.prompts.split(0)["eval"][: t.speed_batch]
     spread = lambda x: (float("nan"),) * 2 if t.decisive_only else (float(np.min(x)), float(np.max(x)))  # noqa: E731
     out = []
     for regime in t.regimes:
         unit = run.units[(run.label, regime)]
         ri = run.regime_index(regime)
         seed = derive_seed(run.cfg.seed, "scorecard-speed", regime)
-        fns = {"wm": lambda: ctx.generate(0, t.length, prompts, ctx.scheme(unit), seed, regime=ri),
-               "plain": lambda: ctx.generate(0, t.length, prompts, None, seed, regime=ri)}
-        tm = interleaved(fns, t.speed_repeats, ctx.backend(0).device)
+        fns = {"wm": lambda: models.generate(0, t.length, prompts, run.schemes.scheme(unit), seed, regime=ri),
+               "plain": lambda: models.generate(0, t.length, prompts, None, seed, regime=ri)}
+        tm = interleaved(fns, t.speed_repeats, models.backend(0).device)
         r = np.array(tm["wm"]) / np.array(tm["plain"])
         out.append(Line(f"speed: generation time watermarked / unwatermarked, {regime}",
                         float(np.median(tm["wm"]) / np.median(tm["plain"])), *spread(r), len(r), 1.2, "<=", "ratio",
                         detail={"seconds_wm": tm["wm"], "seconds_plain": tm["plain"], "texts": len(prompts)}))
     unit = run.units[(run.label, t.regimes[0])]
-    scheme = ctx.scheme(unit)
+    scheme = run.schemes.scheme(unit)
     x, valid = zipf_ids(t.speed_tokens, scheme.vocab_size, seed=derive_seed(run.cfg.seed, "scorecard-speed-ids"))
     x, valid = x.to(scheme.device), valid.to(scheme.device)
     n_tok = int(valid.sum())
@@ -420,9 +426,9 @@ def user_loop(run: Run) -> list[Line]:
     from ..detection import pad_ids
     from ..userloop import LogitsTilter
 
-    t, ctx = run.cfg.tier, run.ctx
+    t = run.cfg.tier
     unit = run.units[(run.label, t.regimes[-1])]
-    scheme, be = ctx.scheme(unit), ctx.backend(0)
+    scheme, be = run.schemes.scheme(unit), run.models.backend(0)
     block = 32 if t.length % 32 == 0 else t.length
     steps = max(t.length // block, t.steps // (t.length // block) * (t.length // block))
     try:
@@ -432,7 +438,7 @@ def user_loop(run: Run) -> list[Line]:
     except Exception as exc:  # noqa: BLE001 - a scheme a hook cannot run: the line says so
         return [Line(f"user loop: LogitsTilter refuses the scheme ({type(exc).__name__})", float("nan"), n=0,
                      threshold=0.95, direction=">=", unit="rate", detail={"error": str(exc)})]
-    prompts = ctx.prompts(0)["eval"][: t.userloop_n]
+    prompts = run.prompts.split(0)["eval"][: t.userloop_n]
     g = torch.Generator().manual_seed(derive_seed(run.cfg.seed, "scorecard-userloop") % 2**62)
     ids: list[list[int]] = []
     for i in range(0, len(prompts), run.cfg.batch_size):

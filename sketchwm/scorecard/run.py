@@ -5,7 +5,8 @@ The power, robustness and forgery lines come from a benchmark grid run through t
 tier's regimes, clean and edited texts scored by the one decision rule (conformal 1%-FPR threshold), and
 the thieves of :class:`sketchwm.bench.config.StealingSpec` on the scheme's default setting. Its rows are
 Parquet parts under ``<out>/bench`` (a rerun into the same folder skips finished cells). Diversity,
-the null, speed and the user loop are measured on the same run context (same backend, keys, prompts).
+the null, speed and the user loop are measured with the same services
+(:class:`sketchwm.bench.inputs.Services`: same backend, keys, schemes, prompts).
 
 Outputs in ``<out>``: ``scorecard.json`` (config, lines, timing), ``scorecard.parquet`` (the lines as a
 long table) and ``scorecard.txt`` (the printed lines).
@@ -16,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pandas as pd
 
@@ -162,40 +163,46 @@ def run_scorecard(cfg: ScorecardConfig, out: str | Path, *, registry: Any = None
     Raises:
         ConfigError, RegistryError: bad scheme, baseline or backend names or params.
     """
+    from ..bench.inputs import Services
     from ..bench.plan import bench_registry, plan
     from ..bench.results import done_cells, read_results, write_part
-    from ..bench.runner import RunContext, run_cell
+    from ..bench.runner import run_cells
 
     log = log or (lambda _m: None)
     out = Path(out)
     reg = bench_registry(registry)
     bcfg = bench_config(cfg, reg)
     units = plan(bcfg, reg)
-    ctx = RunContext(bcfg, reg)
+    services = Services.build(bcfg, reg)
+    knob = services.schemes.knob
     regimes = [r.name for r in bcfg.regime_list]
     defaults: dict[tuple[str, str], Any] = {}
     for unit, _cells in units:
-        if ctx.knob(unit)[2] or not ctx.knob(unit)[0]:
+        if knob(unit)[2] or not knob(unit)[0]:
             defaults.setdefault((unit.curve, regimes[unit.regime]), unit)
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
     bench_dir = out / "bench"
     done = done_cells(bench_dir)
-    hashes: list[str] = []
     if only and ("power" in only) and "diversity" not in only:
         only = {*only, "diversity"}  # the power line compares with baselines that keep their diversity
     todo = [c for u, cells in units for c in cells
             if _wanted(cfg, c, regimes[u.regime], defaults.get((u.curve, regimes[u.regime])) == u, only)]
-    for i, cell in enumerate(todo):
-        hashes.append(cell.hash)
-        if cell.hash in done:
-            continue
-        log(f"bench cell {i + 1}/{len(todo)}: {cell.unit.scheme} {regimes[cell.unit.regime]} {cell.kind} {cell.attack}")
-        write_part(bench_dir, cell.hash, run_cell(ctx, cell))
+    hashes = [c.hash for c in todo]
+
+    def pending() -> Iterator[Any]:
+        """The cells not yet done, each logged as the runner reaches it."""
+        for i, cell in enumerate(todo):
+            if cell.hash not in done:
+                log(f"bench cell {i + 1}/{len(todo)}: {cell.unit.scheme} {regimes[cell.unit.regime]} {cell.kind} {cell.attack}")
+                yield cell
+
+    for h, rows in run_cells(services, pending()):
+        write_part(bench_dir, h, rows)
     seconds["bench"] = time.perf_counter() - t0
     df = read_results(bench_dir) if hashes else pd.DataFrame()
     df = df[df["cell_hash"].isin(set(hashes))] if len(df) else df
-    run = P.Run(cfg, ctx, defaults, df)
+    run = P.Run(cfg, services.prompts, services.models, services.schemes, tuple(regimes), defaults, df)
     lines: list[Line] = []
     for name, fn in PROMISES:
         if only is not None and name not in only:
