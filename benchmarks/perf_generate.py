@@ -4,11 +4,11 @@ Workload: ``--prompts`` 16 prompts × ``--gen-length`` 128 tokens on the shipped
 DLM with its sampler defaults, one batch. Per repeat, the unwatermarked sampler and each scheme are
 run in turn with the same prompts and seed (interleaved, so the drifts of a shared machine hit all
 alike); each scheme's ratio is the median over repeats of (its time / the unwatermarked time of the
-same repeat). ``ratio`` is the default scheme's (``global-sketch``), under the sampler's default
-``marginal_refresh`` (``auto``: under random remasking the global sketch's statistic over the
-masked rows is computed at the first step and updated from the sampled rows afterwards; under the
-confidence rules every masked row is refreshed when a block starts; ``refresh`` in the JSON says
-which schedule ran). ``--refresh`` times other schedules too; ``--remasking`` replaces the shipped
+same repeat). ``ratio`` is the default scheme's (:data:`sketchwm.config.DEFAULT_SCHEME`,
+``global-sketch-green``), under the sampler's default ``marginal_refresh`` (``auto``: under random
+remasking the global sketch's statistic over the masked rows is computed at the first step and
+updated from the sampled rows afterwards; under the confidence rules every masked row is refreshed
+when a block starts; ``refresh`` in the JSON says which schedule ran). ``--refresh`` times other schedules too; ``--remasking`` replaces the shipped
 remasking rule (the per-regime tilt error and detection z are ``benchmarks/tilt_error.py``'s).
 
 Detection z against the exact computation: on ``--z-prompts`` prompts (batches of ``--prompts``,
@@ -42,11 +42,12 @@ from sketchwm.bench.machine import machine
 from sketchwm.bench.perf import add_common_args, setup
 from sketchwm.bench.seeds import bench_key
 from sketchwm.data import load
+from sketchwm.config import DEFAULT_SCHEME
 from sketchwm.detection import Detector
 from sketchwm.engine import MaskedDiffusionSampler
 from sketchwm.registry import get_registry
 
-DEFAULT = "global-sketch"
+DEFAULT = DEFAULT_SCHEME
 
 
 def main(argv: list[str] | None = None) -> int:
