@@ -38,7 +38,9 @@ SUITE: list[tuple[str, str]] = [
     ("perf-attribution", f"{PY} benchmarks/perf_attribution.py"),
     ("perf-embedding", f"{PY} benchmarks/perf_embedding.py --repeats 15"),
     ("tilt-error", f"{PY} benchmarks/tilt_error.py --prompts 16"),
-    ("perf-generate", f"{PY} benchmarks/perf_generate.py --schemes global-sketch --repeats 3 --z-prompts 0"),
+    ("perf-generate", f"{PY} benchmarks/perf_generate.py --schemes global-sketch-green,global-sketch --repeats 3 --z-prompts 0"),
+    ("perf-generate-low-confidence", f"{PY} benchmarks/perf_generate.py --schemes global-sketch-green,global-sketch "
+                                     "--remasking low_confidence --repeats 3 --z-prompts 0"),
     ("perf-detect-stream", f"{PY} benchmarks/perf_detect_stream.py --size-mb 100"),
     ("perf-startup", f"{PY} benchmarks/perf_startup.py --repeats 5"),
     ("perf-guard", f"{PY} benchmarks/perf_guard.py"),
