@@ -8,6 +8,7 @@ module's is its line count. The test prints the largest of each, so the margin i
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,3 +45,25 @@ def test_modules_and_classes_fit_on_a_screen():
     big_classes = {k: v for k, v in classes.items() if v > MAX_CLASS_LINES}
     assert not big_modules, f"modules over {MAX_MODULE_LINES} lines: {big_modules}"
     assert not big_classes, f"classes over {MAX_CLASS_LINES} lines: {big_classes}"
+
+
+def test_the_default_scheme_reads_in_a_screen():
+    """The default's definition, its params and its scheme class (channels and combination rule), is at most
+    60 lines of code, docstrings, comments and blank lines left out."""
+    from sketchwm.config import DEFAULT_SCHEME
+    from sketchwm.registry import get_registry
+
+    cls = get_registry().get("scheme", DEFAULT_SCHEME)
+    path = Path(sys.modules[cls.__module__].__file__)
+    src = path.read_text(encoding="utf-8")
+    lines = src.splitlines()
+    total = 0
+    for node in ast.parse(src).body:
+        if isinstance(node, ast.ClassDef) and node.name in (cls.__name__, cls.Params.__name__):
+            doc = set()
+            for sub in ast.walk(node):
+                if isinstance(sub, (ast.ClassDef, ast.FunctionDef)) and ast.get_docstring(sub) is not None:
+                    doc.update(range(sub.body[0].lineno, sub.body[0].end_lineno + 1))
+            total += sum(1 for i in range(node.lineno, node.end_lineno + 1)
+                         if i not in doc and lines[i - 1].strip() and not lines[i - 1].strip().startswith("#"))
+    assert 0 < total <= 60, f"{DEFAULT_SCHEME}'s params and scheme class are {total} lines of code"
