@@ -106,11 +106,15 @@ class Channel:
 
 
 def union_reads(reads: Sequence[MarginalReads]) -> MarginalReads:
-    """The rows that serve every one of ``reads``: every masked row if any reads them (incremental
-    only when all do), else the masked rows within the largest radius if any reads ``near``, else the
-    targets alone."""
+    """The rows that serve every one of ``reads``: every masked row if any reads them, else the masked
+    rows within the largest radius if any reads ``near``, else the targets alone. Every masked row is
+    incremental when every ``masked`` read is; then the targets (every step) serve the ``sampled``
+    reads, and the largest ``near`` radius is carried, so that the rows within it are passed fresh
+    between refreshes (:class:`~sketchwm.components.MarginalReads`)."""
     if any(r.kind == "masked" for r in reads):
-        return MarginalReads.masked(incremental=all(r.incremental for r in reads))
+        incremental = all(r.incremental for r in reads if r.kind == "masked")
+        radius = max((r.radius for r in reads if r.kind != "sampled"), default=0) if incremental else 0
+        return MarginalReads.masked(incremental=incremental, radius=radius)
     radii = [r.radius for r in reads if r.kind == "near"]
     return MarginalReads.near(max(radii)) if radii else MarginalReads.sampled()
 

@@ -315,7 +315,8 @@ class IncrementalMarginals(MarginalSource):
     """Amortised strategy for ``MarginalReads.masked(incremental=True)`` (``SamplerConfig.marginal_refresh``
     other than 1): at a full refresh the LM head runs on every masked row (a complete
     :class:`Marginals`); at a partial refresh (``refresh`` a (B, G) mask: the block about to be
-    denoised) on the masked rows of the mask and the targets; in between on the K targets only.
+    denoised) on the masked rows of the mask and the targets; in between on the K targets only, and
+    the masked rows within the declaration's ``radius`` of them when it has one (a partial refresh).
     The last two are passed with ``complete`` False and the scheme updates its running statistic
     from them (O(K·V) per step instead of O(M·V)). Other declarations are computed exactly.
     """
@@ -329,6 +330,9 @@ class IncrementalMarginals(MarginalSource):
             m = super().marginals(canvas, reads, targets, target_valid, step)
             m.incremental_follows = True
             return m
+        if reads.radius:  # the rows within the radius of a target, fresh: a partial refresh of them
+            near = reads.near_targets(canvas.masked, targets, target_valid)
+            refresh = near if isinstance(refresh, bool) else (refresh | near)
         if isinstance(refresh, bool):  # the targets alone
             rows = torch.arange(targets.shape[1], device=targets.device).expand_as(targets)
             return Marginals(self.fetch(canvas, targets, target_valid, step), targets, target_valid, rows, target_valid,

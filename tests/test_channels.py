@@ -129,20 +129,29 @@ def test_the_default_reports_its_channels():
         assert torch.equal(out.channels[c.name][0], s.p_value.double().cpu())
     free = reg.create("scheme", "global-sketch-green", {"sketch": sketch}, KEY, V)
     assert list(free.score_ids(ids, valid).channels) == ["sketch", "green"] and free.noise == "sampler"
-    assert default.noise == "keyed" and default.reads == MarginalReads.masked()
+    # every masked row for the sketch, incrementally, and its green lists' neighbours (radius 2) fresh
+    assert default.noise == "keyed" and default.reads == MarginalReads.masked(incremental=True, radius=2)
 
 
 def test_union_reads_and_tilt_shares():
-    """union_reads: masked rows if any channel reads them (incremental only if all do), else the widest
-    ``near``, else the targets; Tilt.add_to adds each text's increment times its share."""
+    """union_reads: masked rows if any channel reads them (incremental when every masked read is, carrying
+    the widest ``near`` radius), else the widest ``near``, else the targets; Tilt.add_to adds each text's
+    increment times its share."""
     near2, near1, sampled = MarginalReads.near(2), MarginalReads.near(1), MarginalReads.sampled()
+    inc = MarginalReads.masked(incremental=True)
     assert union_reads([sampled, near1, near2]) == near2
     assert union_reads([sampled]) == sampled
-    assert union_reads([MarginalReads.masked(incremental=True), near2]) == MarginalReads.masked()
-    assert union_reads([MarginalReads.masked(incremental=True)] * 2) == MarginalReads.masked(incremental=True)
+    assert union_reads([inc, near2, sampled]) == MarginalReads.masked(incremental=True, radius=2)
+    assert union_reads([inc, sampled]) == inc
+    assert union_reads([MarginalReads.masked(), inc, near1]) == MarginalReads.masked()
+    assert union_reads([inc] * 2) == inc
+    with pytest.raises(ValueError, match="radius"):
+        MarginalReads("masked", 2, False)
+    with pytest.raises(ValueError, match="radius"):
+        MarginalReads("sampled", 1)
     logits = torch.zeros(2, 1, 4)
-    inc = Tilt(index=torch.tensor([[[1, 1]], [[2, 3]]]), value=torch.ones(2, 1, 2))
-    inc.add_to(logits, torch.tensor([0.5, 1.0]))
+    tilt = Tilt(index=torch.tensor([[[1, 1]], [[2, 3]]]), value=torch.ones(2, 1, 2))
+    tilt.add_to(logits, torch.tensor([0.5, 1.0]))
     assert torch.equal(logits, torch.tensor([[[0.0, 1.0, 0.0, 0.0]], [[0.0, 0.0, 1.0, 1.0]]]))
 
 
@@ -164,3 +173,30 @@ def test_the_plugin_guides_combined_scheme_runs():
     assert torch.equal(out.p_value, (2 * p.min(0).values).clamp(max=1.0))
     step = _step(2, 10, seed=6)
     assert pair.process_logits(step).shape == (2, step.marginals.targets.shape[1], V)
+
+
+def test_between_refreshes_the_rows_within_the_radius_come_fresh():
+    """An incremental masked read with a radius: at a step between refreshes the engine passes the
+    targets and the masked rows within the radius of them (a partial refresh), not every masked row."""
+    from sketchwm.engine import Canvas, IncrementalMarginals
+
+    class Model:
+        name, vocab_size = "positions", 5
+
+        def logits_at(self, x, attn, index):  # (B, R) → (B, R, V): each row's position in its logits
+            return index[..., None].float().expand(-1, -1, 5).clone()
+
+    G, MASK = 10, 4
+    canvas = Canvas.__new__(Canvas)
+    canvas.prompt_ids, canvas.prompt_mask = torch.zeros(1, 0, dtype=torch.long), torch.zeros(1, 0, dtype=torch.bool)
+    canvas.tokens, canvas.mask_token_id = torch.full((1, G), MASK), MASK
+    canvas.tokens[0, 0] = 1  # position 0 is known
+    source = IncrementalMarginals(Model(), torch.zeros(0, dtype=torch.long))
+    targets, valid = torch.tensor([[5]]), torch.tensor([[True]])
+    m = source.marginals(canvas, MarginalReads.masked(incremental=True, radius=2), targets, valid, step=3, refresh=False)
+    assert not m.complete and m.positions[m.valid].tolist() == [3, 4, 5, 6, 7]
+    assert m.positions[0, m.targets[0, 0]].item() == 5
+    alone = source.marginals(canvas, MarginalReads.masked(incremental=True), targets, valid, step=3, refresh=False)
+    assert alone.positions[alone.valid].tolist() == [5]
+    full = source.marginals(canvas, MarginalReads.masked(incremental=True, radius=2), targets, valid, step=0, refresh=True)
+    assert full.complete and full.positions[full.valid].tolist() == list(range(1, G))

@@ -58,9 +58,13 @@ class MarginalReads:
             (``SamplerConfig.marginal_refresh``) the engine computes and passes the target rows
             only (:attr:`Marginals.complete` False): the other masked rows keep the marginals of
             the last complete step, an approximation whose effect the scheme must measure.
+            With a ``radius`` r > 0 (an incremental ``masked`` read joined with a ``near`` one,
+            :func:`sketchwm.channels.union_reads`), the masked rows within r of a target are passed
+            fresh too, as a partial refresh: the running statistic takes them as renewed rows.
 
     Raises:
-        ValueError: an unknown kind, a negative radius, or ``incremental`` with another kind.
+        ValueError: an unknown kind, a negative radius, a radius on a ``sampled`` or non-incremental
+            ``masked`` read, or ``incremental`` with another kind.
     """
 
     kind: Literal["sampled", "masked", "near"] = "masked"
@@ -70,8 +74,9 @@ class MarginalReads:
     def __post_init__(self) -> None:
         if self.kind not in ("sampled", "masked", "near"):
             raise ValueError(f"unknown marginal reads kind {self.kind!r}")
-        if self.radius < 0 or (self.radius and self.kind != "near"):
-            raise ValueError(f"radius must be >= 0 and only given with kind 'near', got {self.radius} with {self.kind!r}")
+        if self.radius < 0 or (self.radius and self.kind != "near" and not (self.kind == "masked" and self.incremental)):
+            raise ValueError(f"radius must be >= 0 and only given with kind 'near' or an incremental 'masked', "
+                             f"got {self.radius} with {self.kind!r}")
         if self.incremental and self.kind != "masked":
             raise ValueError(f"incremental reads need kind 'masked', got {self.kind!r}")
 
@@ -81,14 +86,25 @@ class MarginalReads:
         return cls("sampled")
 
     @classmethod
-    def masked(cls, incremental: bool = False) -> "MarginalReads":
-        """Every masked row of the canvas (all blocks); ``incremental``: see the class doc."""
-        return cls("masked", 0, incremental)
+    def masked(cls, incremental: bool = False, radius: int = 0) -> "MarginalReads":
+        """Every masked row of the canvas (all blocks); ``incremental`` and ``radius``: see the class doc."""
+        return cls("masked", int(radius), incremental)
 
     @classmethod
     def near(cls, radius: int) -> "MarginalReads":
         """The masked rows within ``radius`` positions of a target (and the targets)."""
         return cls("near", int(radius))
+
+    def near_targets(self, masked: torch.Tensor, targets: torch.Tensor, target_valid: torch.Tensor) -> torch.Tensor:
+        """The masked positions within ``radius`` of a valid target, the targets included: (B, G) bool, from
+        masked (B, G) bool, targets (B, K) int64 and target_valid (B, K) bool (a max-pool of the targets'
+        indicator)."""
+        chosen = torch.zeros_like(masked).scatter(1, targets, target_valid)
+        if self.radius == 0:
+            return masked & chosen
+        near = torch.nn.functional.max_pool1d(chosen[:, None, :].float(), kernel_size=2 * self.radius + 1,
+                                              stride=1, padding=self.radius)[:, 0]
+        return masked & (near > 0)
 
     def layout(self, masked: torch.Tensor, targets: torch.Tensor,
                target_valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -107,12 +123,7 @@ class MarginalReads:
         B, K = targets.shape
         if self.kind == "sampled":
             return targets, target_valid, torch.arange(K, device=targets.device).expand(B, K)
-        need = masked
-        if self.kind == "near":  # masked rows within r of a target: a max-pool of the targets' indicator
-            chosen = torch.zeros_like(masked).scatter(1, targets, target_valid)
-            near = torch.nn.functional.max_pool1d(chosen[:, None, :].float(), kernel_size=2 * self.radius + 1,
-                                                  stride=1, padding=self.radius)[:, 0]
-            need = masked & (near > 0)
+        need = masked if self.kind == "masked" else self.near_targets(masked, targets, target_valid)
         positions, valid = packed_masked_positions(need)  # (B, R)
         return positions, valid, torch.gather(row_index(positions, masked.shape[1]), 1, targets)
 
