@@ -51,7 +51,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")  # before tokenizers is 
 import numpy as np
 import torch
 
-from sketchwm.bench.perf import add_common_args, build_input, interleaved, interleaved_medians, report, setup  # noqa: E402
+from sketchwm.bench.perf import (add_common_args, build_input, interleaved, interleaved_medians, report,  # noqa: E402
+                                 setup, zipf_workload)
 from sketchwm.bench.seeds import bench_key  # noqa: E402
 from sketchwm.config import DEFAULT_SCHEME  # noqa: E402
 from sketchwm.detection import Detector  # noqa: E402
@@ -78,9 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     dev = setup(args)
     V, N = args.vocab, args.length
     B = max(1, args.tokens // N)
-    rng = np.random.default_rng(0)
-    prior = 1.0 / np.arange(1, V + 1) ** 1.1
-    prior = prior[rng.permutation(V)]  # frequent ids spread over the vocabulary
+    prior, ids = zipf_workload(V, B, N, seed=0)  # (V,) law, frequent ids spread over the vocabulary; (B, N) ids
     reg = get_registry()
     key = bench_key("perf-detect", "key", 0)
     with tempfile.TemporaryDirectory() as tmp:
@@ -92,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         scheme = reg.create("scheme", DEFAULT_SCHEME, {"sketch": prior_file} if DEFAULT_SCHEME == "global-sketch-green"
                             else prior_file, key, V, device=dev, registry=reg)
         sketch_only = reg.create("scheme", "global-sketch", prior_file, key, V, device=dev, registry=reg)
-    ids = torch.from_numpy(rng.choice(V, size=(B, N), p=prior / prior.sum())).to(dev)  # (B, N) int64
+    ids = ids.to(dev)  # (B, N) int64
     valid = torch.ones_like(ids, dtype=torch.bool)
     det = Detector(scheme, _NoTokenizer(), "benchmark", alpha=0.01)
     lists = ids.cpu().tolist()  # B Python lists of N ids

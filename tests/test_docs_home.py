@@ -15,7 +15,7 @@ RULE_PAGE = "pvalue-and-thresholds.md"
 
 
 def _hook():
-    spec = importlib.util.spec_from_file_location("registry_counts", ROOT / "docs_hooks" / "registry_counts.py")
+    spec = importlib.util.spec_from_file_location("registry_counts", ROOT / "docs" / "hooks" / "registry_counts.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
     from ..registry import Registry
 
 __all__ = ["builtin_registry", "add_common_args", "setup", "interleaved", "median_ms", "interleaved_medians",
-           "report", "build_input", "HUMAN"]
+           "report", "build_input", "zipf_workload", "HUMAN"]
 
 #: the shipped human passages (2,569 texts of ~820 characters) that :func:`build_input` repeats
 HUMAN = Path(__file__).resolve().parents[1] / "data" / "human.jsonl.gz"
@@ -153,3 +154,18 @@ def build_input(path: Path, size_bytes: int, seed: int = 0) -> tuple[int, int]:
                     break
             out.write("".join(lines))
     return n, written
+
+
+def zipf_workload(vocab_size: int, texts: int, length: int, seed: int = 0) -> "tuple[np.ndarray, torch.Tensor]":
+    """The detection benchmarks' token ids: a Zipf law (exponent 1.1) over a random permutation of the V =
+    ``vocab_size`` ids, so frequent ids are spread over the vocabulary, and ``texts`` × ``length`` ids drawn
+    i.i.d. from it, so texts repeat tokens as real text does. Returns the law (V,) float64 (unnormalised)
+    and the ids (texts, length) int64."""
+    import numpy as np
+    import torch
+
+    rng = np.random.default_rng(seed % 2**63)
+    prior = 1.0 / np.arange(1, vocab_size + 1) ** 1.1
+    prior = prior[rng.permutation(vocab_size)]
+    ids = torch.from_numpy(rng.choice(vocab_size, size=(texts, length), p=prior / prior.sum()))
+    return prior, ids

@@ -325,14 +325,12 @@ def null(run: Run) -> list[Line]:
 
 # ---------------------------------------------------------------------------------------------- speed
 def zipf_ids(n_tokens: int, vocab_size: int, length: int = 256, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    """The detection workload: ⌈n_tokens/length⌉ texts of ``length`` token ids drawn i.i.d. from a Zipf law
-    (exponent 1.1) over a random permutation of the V = ``vocab_size`` ids, so texts repeat tokens as real text
-    does. Returns ids (B, length) int64 and valid (B, length) bool (all True)."""
-    rng = np.random.default_rng(seed % 2**63)
-    prior = 1.0 / np.arange(1, vocab_size + 1) ** 1.1
-    prior = prior[rng.permutation(vocab_size)]
-    B = -(-n_tokens // length)
-    ids = torch.from_numpy(rng.choice(vocab_size, size=(B, length), p=prior / prior.sum()))
+    """The detection workload: ⌈n_tokens/length⌉ texts of ``length`` token ids drawn from a Zipf law over
+    the vocabulary (:func:`sketchwm.bench.perf.zipf_workload`). Returns ids (B, length) int64 and valid
+    (B, length) bool (all True)."""
+    from ..bench.perf import zipf_workload
+
+    ids = zipf_workload(vocab_size, -(-n_tokens // length), length, seed)[1]
     return ids, torch.ones_like(ids, dtype=torch.bool)
 
 
