@@ -51,8 +51,10 @@ import torch
 #: tag → (scheme name, params); "none" is the unwatermarked model
 CANDIDATES: dict[str, tuple[str, dict]] = {
     "none": ("", {}),
-    "gsg-keyed": ("global-sketch-green", {}),
-    "gsg-free": ("global-sketch-green", {"sampling": "free"}),
+    "gsg-keyed": ("global-sketch-green", {"sampling": "keyed", "family": {"members": 1}}),
+    "gsg-free": ("global-sketch-green", {"sampling": "free", "family": {"members": 1}}),
+    "sketchfam16-normal": ("global-sketch-green", {"family": {"members": 16, "spread": "normal", "decoys": 0}}),
+    "sketchfam16": ("global-sketch-green", {"family": {"members": 16}}),
     "family8-free": ("keyed-family", {"members": 8}),
     "family16-free": ("keyed-family", {"members": 16}),
     "family16-free-normal": ("keyed-family", {"members": 16, "spread": "normal"}),
@@ -61,7 +63,7 @@ CANDIDATES: dict[str, tuple[str, dict]] = {
 }
 #: tags whose texts are another tag's texts embedded under members < K (or detected another way): tag → (source tag, K)
 VIEWS = {"family8-free": ("family16-free", 8), "family16-free-normal": ("family16-free", 16),
-         "family16-free-nospread": ("family16-free", 16)}
+         "family16-free-nospread": ("family16-free", 16), "sketchfam16": ("sketchfam16-normal", None)}
 REGIMES = {
     "mdlm-random-t1": {"remasking": "random", "temperature": 1.0, "top_p": 1.0, "block": None},
     "llada-blocks-t0.5": {"remasking": "low_confidence", "temperature": 0.5, "top_p": 1.0, "block": 32},

@@ -412,6 +412,60 @@ static PyObject *gumbel_scores(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* distinct_sums(ids, valid, B, N, V, table, K, keep, T, n): per text, the sums of the K int8 columns of
+ * table ((V + 1) x K, row-major) and of keep (int8, V + 1) over the text's distinct valid ids -- the
+ * presence statistic of K directions sharing one Count-Sketch (sketchwm.components.distinct_token_sums
+ * with a 2-D table) in one pass: a stamp per id (the last text it was seen in) marks first copies, so
+ * nothing is sorted. ids: int64 (B*N) in [0, V) where valid; valid: uint8 (B*N); T: writable int64
+ * (B*K); n: writable int64 (B). Raises ValueError on wrong buffer sizes, MemoryError. */
+static PyObject *distinct_sums(PyObject *self, PyObject *args) {
+    Py_buffer bid, bva, btab, bkeep, bT, bn;
+    Py_ssize_t B, N, V, K;
+    if (!PyArg_ParseTuple(args, "y*y*nnny*ny*w*w*", &bid, &bva, &B, &N, &V, &btab, &K, &bkeep, &bT, &bn))
+        return NULL;
+    int rc = 0;
+    if (bid.len != B * N * 8 || bva.len != B * N || btab.len != (V + 1) * K || bkeep.len != V + 1 ||
+        bT.len != B * K * 8 || bn.len != B * 8 || K < 1 || K > 4096) {
+        PyErr_SetString(PyExc_ValueError, "distinct_sums: wrong buffer sizes");
+        rc = 1;
+    } else {
+        Py_BEGIN_ALLOW_THREADS
+        int64_t *stamp = (int64_t *)malloc(sizeof(int64_t) * (size_t)(V + 1));
+        int32_t *acc = (int32_t *)malloc(sizeof(int32_t) * (size_t)K);
+        if (stamp == NULL || acc == NULL) {
+            rc = 3;
+        } else {
+            const int64_t *ids = (const int64_t *)bid.buf;
+            const uint8_t *valid = (const uint8_t *)bva.buf;
+            const int8_t *tab = (const int8_t *)btab.buf, *keep = (const int8_t *)bkeep.buf;
+            int64_t *T = (int64_t *)bT.buf, *n = (int64_t *)bn.buf;
+            for (Py_ssize_t v = 0; v <= V; v++) stamp[v] = -1;
+            for (Py_ssize_t b = 0; b < B; b++) {
+                int64_t kept = 0;
+                for (Py_ssize_t k = 0; k < K; k++) acc[k] = 0;
+                for (Py_ssize_t j = 0; j < N; j++) {
+                    if (!valid[b * N + j]) continue;
+                    int64_t v = ids[b * N + j];
+                    if (v < 0 || v >= V || stamp[v] == b) continue;
+                    stamp[v] = b;
+                    const int8_t *row = tab + v * K;
+                    for (Py_ssize_t k = 0; k < K; k++) acc[k] += row[k];
+                    kept += keep[v];
+                }
+                for (Py_ssize_t k = 0; k < K; k++) T[b * K + k] = acc[k];
+                n[b] = kept;
+            }
+        }
+        free(stamp); free(acc);
+        Py_END_ALLOW_THREADS
+        if (rc == 3) { PyErr_NoMemory(); }
+    }
+    PyBuffer_Release(&bid); PyBuffer_Release(&bva); PyBuffer_Release(&btab); PyBuffer_Release(&bkeep);
+    PyBuffer_Release(&bT); PyBuffer_Release(&bn);
+    if (rc != 0) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"flatten_into", flatten_into, METH_VARARGS,
      "flatten_into(lists, out, nthreads=1): write B lists of ints into an int64 buffer (nthreads > 1: read on that many threads)."},
@@ -419,6 +473,8 @@ static PyMethodDef methods[] = {
      "keyed_bits_into(counter, out, seed_lo, seed_hi, stream_word): sketchwm.prf.keyed_bits over an int64 buffer."},
     {"gumbel_scores", gumbel_scores, METH_VARARGS,
      "gumbel_scores(ids, valid, B, N, offsets, ordered, V, seed_lo, seed_hi, stream_word, keep, s, n): Aaronson's score over distinct (context, token) pairs of kept tokens, per text."},
+    {"distinct_sums", distinct_sums, METH_VARARGS,
+     "distinct_sums(ids, valid, B, N, V, table, K, keep, T, n): sums of K int8 columns and of keep over each text's distinct ids."},
     {"green_counts", green_counts, METH_VARARGS,
      "green_counts(ids, valid, B, N, offsets, ordered, V, seed_lo, seed_hi, stream_word, gamma, g, n): "
      "green and distinct (context hash, token) pair counts per text."},

@@ -157,17 +157,18 @@ def test_multi_key_attribution_ranks_true_member_first(builtin_registry, tiny):
 
 
 def test_default_two_channel_scheme_attributes_through_its_sketch_channel(builtin_registry, tiny):
-    """The default (global-sketch-green) ranks the family member whose sketch direction generated
-    the text first: attribution reads its sketch channel."""
+    """The default (global-sketch-green) with a single-key sketch ranks the family member whose sketch
+    direction generated the text first: attribution reads its sketch channel."""
     members = [7, 4242]
     sketch = {"prior": {"source": "uniform"}, "delta": 4.0, "coverage_full": None}
     texts = []
     for m in members:
         w = Watermarker(WatermarkKey(b"family" * 6), {"scheme": {"name": "global-sketch-green", "params": {
-            "sketch": {**sketch, "direction_index": m}}}, "sampler": CFG}, backend=tiny, registry=builtin_registry)
+            "sketch": {**sketch, "direction_index": m}, "family": {"members": 1}}}, "sampler": CFG}, backend=tiny,
+            registry=builtin_registry)
         texts += w.generate(PROMPTS[:2], seed=m).token_lists()
-    w0 = Watermarker(WatermarkKey(b"family" * 6), {"scheme": {"name": "global-sketch-green", "params": {"sketch": sketch}}},
-                     backend=tiny, registry=builtin_registry)
+    w0 = Watermarker(WatermarkKey(b"family" * 6), {"scheme": {"name": "global-sketch-green", "params": {
+        "sketch": sketch, "family": {"members": 1}}}}, backend=tiny, registry=builtin_registry)
     assert w0.scheme.name == "global-sketch-green"
     from sketchwm.detection import pad_ids
 

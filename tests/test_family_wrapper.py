@@ -26,9 +26,11 @@ from sketchwm_builtin.family import MEMBER_DOMAIN, KeyedFamilyScheme
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-#: the default's channels on the tiny vocabulary (uniform prior: no packaged counts for it)
+#: the default's channels on the tiny vocabulary (uniform prior: no packaged counts for it), its sketch
+#: a single key (the wrapper is the family), with keyed sampling (GREEN) and without (FREE)
 GREEN = {"name": "global-sketch-green", "params": {"sketch": {"prior": {"source": "uniform"}, "delta": 0.75,
-                                                              "coverage_full": 0.25, "marginals": "sampled"}}}
+                                                              "coverage_full": 0.25, "marginals": "sampled"},
+                                                   "family": {"members": 1}, "sampling": "keyed"}}
 FREE = {"name": "global-sketch-green", "params": {**GREEN["params"], "sampling": "free"}}
 SKETCH = {"name": "global-sketch", "params": {"prior": {"source": "uniform"}}}
 

@@ -66,7 +66,7 @@ PARAMS: dict[str, dict] = {
     "kth-exp-edit": {"key_len": 32, "n_permutations": 99},
     "keyed-family": {"inner": {"name": "global-sketch-green", "params": {
         "sketch": {"prior": {"source": "uniform"}, "delta": 0.75, "coverage_full": 0.25, "marginals": "sampled"},
-        "sampling": "free"}}, "members": 4, "decoys": 8},
+        "sampling": "free", "family": {"members": 1}}}, "members": 4, "decoys": 8},
 }
 SCHEMES = [None] + get_registry().names("scheme")
 

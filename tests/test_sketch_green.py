@@ -23,6 +23,11 @@ SKETCH = {"prior": {"source": "uniform"}, "sketch": {"name": "count-sketch", "pa
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
+#: the sketch channel as the plain global sketch under the key itself (its key family:
+#: tests/test_shared_family.py), so each channel can be compared with the scheme it is
+ONE = {"members": 1}
+
+
 def _key(i: int) -> WatermarkKey:
     return WatermarkKey(i.to_bytes(4, "big") * 8)
 
@@ -42,7 +47,7 @@ def _state(B: int, G: int, seed: int) -> DenoiseStep:
 def _schemes(scale: float, key: WatermarkKey):
     reg = get_registry()
     both = reg.create("scheme", "global-sketch-green", {"sketch": {**SKETCH, "delta": 0.75}, "green": {"delta": 1.5},
-                                                        "scale": scale, "sampling": "free"}, key, V)
+                                                        "scale": scale, "sampling": "free", "family": ONE}, key, V)
     sketch = reg.create("scheme", "global-sketch", {**SKETCH, "delta": 0.75 * scale}, key, V)
     green = reg.create("scheme", "red-green-dlm", {"delta": 1.5 * scale}, key.subkey(GREEN_DOMAIN), V)
     return both, sketch, green
@@ -82,7 +87,8 @@ def test_pvalue_is_bonferroni_over_the_channels_and_the_green_key_is_separate():
     ps, pg = sketch.score_ids(ids, valid).p_value.double(), green.score_ids(ids, valid).p_value.double()
     assert torch.allclose(out.p_value, torch.clamp(2 * torch.minimum(ps, pg), max=1.0), rtol=1e-12, atol=0)
     w8 = get_registry().create("scheme", "global-sketch-green", {"sketch": {**SKETCH, "delta": 0.75}, "green": {"delta": 1.5},
-                                                                 "weight": 0.8, "sampling": "free"}, key, V).score_ids(ids, valid).p_value
+                                                                 "weight": 0.8, "sampling": "free", "family": ONE}, key,
+                                V).score_ids(ids, valid).p_value
     assert torch.allclose(w8, torch.clamp(torch.minimum(ps / 0.8, pg / 0.2), max=1.0), rtol=1e-12, atol=0)
     plain = get_registry().create("scheme", "red-green-dlm", {}, key, V).score_ids(ids, valid).p_value.double()
     assert not torch.allclose(plain, pg)
@@ -169,7 +175,7 @@ def test_handover_gives_the_green_channel_the_rest_of_the_tilt():
     reg = get_registry()
     key = _key(6)
     sk = {**SKETCH, "delta": 0.75, "coverage_full": 1.0}
-    both = reg.create("scheme", "global-sketch-green", {"sketch": sk, "green": {"delta": 1.5}}, key, V)
+    both = reg.create("scheme", "global-sketch-green", {"sketch": sk, "green": {"delta": 1.5}, "family": ONE}, key, V)
     sketch = reg.create("scheme", "global-sketch", sk, key, V)
     green = reg.create("scheme", "red-green-dlm", {"delta": 1.5}, key.subkey(GREEN_DOMAIN), V)
     step = _state(3, 12, seed=8)

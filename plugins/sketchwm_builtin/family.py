@@ -79,7 +79,8 @@ class KeyedFamilyParams(StrictModel):
 
     Attributes:
         inner: the scheme every member runs, ``{name, params}`` (any registered scheme but this one);
-            default ``global-sketch-green`` with ``sampling: free``.
+            default ``global-sketch-green`` with ``sampling: free`` and a single-key sketch (``family:
+            {members: 1}``: this wrapper is the family, of every channel).
         members: K, member keys (1: the inner scheme under one derived key, no spread test).
         correction: ``bonferroni`` (min(1, K·p)) or ``sidak`` (1 − (1 − p)^K) over the members.
         spread_test: also require the evidence to favour one member (module doc, test 2).
@@ -90,7 +91,7 @@ class KeyedFamilyParams(StrictModel):
         z_floor: the clip of ``probit`` z (p-values above Φ(−z_floor) read alike).
     """
 
-    inner: ComponentSpec = ComponentSpec(name="global-sketch-green", params={"sampling": "free"})
+    inner: ComponentSpec = ComponentSpec(name="global-sketch-green", params={"sampling": "free", "family": {"members": 1}})
     members: int = Field(16, ge=1, le=1024)
     correction: Literal["bonferroni", "sidak"] = "bonferroni"
     spread_test: bool = True

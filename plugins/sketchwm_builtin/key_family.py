@@ -50,6 +50,17 @@ forges one member; the larger K, the fewer texts per member and the harder the c
 
 ``score`` is Φ⁻¹(1 − p) (a z-equivalent of the reported p-value, so ``score ≥ Φ⁻¹(1 − α)`` ⇔
 ``p ≤ α``), ``z`` the best member's z.
+
+Shared hashes (``hashes="shared"``). The members share one Count-Sketch φ (the k_sk of the key
+``key.subkey("global-sketch-family/shared")``) and differ only in their direction: member i is
+direction index i of that key, u^{(i)} = PRF(k_dir, i) (seed paper §4.1; the multi-key attribution
+of :mod:`sketchwm_builtin.global_sketch.attribution` uses the same family), decoy j is index K + j.
+Given a text's integer sketch H = Φᵀx, the T_i = ⟨u^{(i)}, H⟩ are i.i.d. over members, which is the
+spread test's model. Embedding tilts each text along its own member's u in the one batched step of
+a single key (:meth:`GlobalSketchScheme.use_directions`: eq. 5's expected sketch does not depend on
+u); detection reads all K + M weights c_i(v) of each distinct token in one pass
+(:func:`sketchwm.components.distinct_token_sums` with K + M columns) and each member's exact
+background tail. The cost of a family is then about that of one key, where separate hashes cost K + M.
 """
 
 from __future__ import annotations
@@ -62,19 +73,21 @@ import numpy as np
 import torch
 from pydantic import Field, model_validator
 
-from sketchwm.channels import ComposedScheme
+from sketchwm.channels import ComposedScheme, Tilt
 from sketchwm.components import DenoiseStep, MarginalReads, Marginals, SchemeScores, Strength
 from sketchwm.config import StrictModel
 from sketchwm.errors import ConfigError
-from sketchwm.multiple_testing import bonferroni
 from sketchwm.stats import normal_isf
 
 from .global_sketch import GlobalSketchParams, GlobalSketchScheme
+from .shared_family import SharedMemberStats
 
-__all__ = ["GlobalSketchFamilyScheme", "GlobalSketchFamilyParams", "member_key", "decoy_key", "family_pvalues"]
+__all__ = ["GlobalSketchFamilyScheme", "GlobalSketchFamilyParams", "FamilyTestParams", "member_key", "decoy_key", "family_pvalues"]
 
 #: domain of the member keys: ``key.subkey(MEMBER_DOMAIN.format(i=i))``
 MEMBER_DOMAIN = "global-sketch-family/member={i}"
+#: domain of the one key whose directions are the members under ``hashes="shared"``
+SHARED_DOMAIN = "global-sketch-family/shared"
 
 
 def member_key(key: Any, i: int) -> Any:
@@ -87,15 +100,12 @@ def decoy_key(key: Any, j: int) -> Any:
     return key.subkey(f"global-sketch-family/decoy={int(j)}")
 
 
-class GlobalSketchFamilyParams(StrictModel):
-    """Parameters of the key-family global sketch.
+class FamilyTestParams(StrictModel):
+    """How many members a key family has and how it is tested (module doc, tests 1 and 2).
 
     Attributes:
         members: K, the number of member keys (1 = the plain global sketch under one derived key,
             with no spread test).
-        member: the ``global-sketch`` params every member uses (default: the shipped default); its
-            ``order`` is ignored: the family tilts the marginals and never steers the order (at T = 0
-            the sampler warns).
         correction: family-wise correction of the minimum member p-value: ``bonferroni``
             (min(1, K·p), valid under any dependence) or ``sidak`` (1 − (1 − p)^K, exact for
             independent members).
@@ -106,20 +116,40 @@ class GlobalSketchFamilyParams(StrictModel):
     """
 
     members: int = Field(16, ge=1, le=1024)
-    member: GlobalSketchParams = GlobalSketchParams()
     correction: Literal["bonferroni", "sidak"] = "bonferroni"
     spread_test: bool = True
     spread: Literal["student", "normal"] = "student"
     decoys: int = Field(32, ge=0, le=1024)
+
+    @model_validator(mode="after")
+    def _check(self) -> "FamilyTestParams":
+        if self.members >= 2 and self.spread_test and self.spread == "student" and _dof(self.members, self.decoys) < 1:
+            raise ValueError("spread='student' needs members >= 3 or decoys >= 2 (degrees of freedom for the spread)")
+        return self
+
+
+class GlobalSketchFamilyParams(FamilyTestParams):
+    """Parameters of the key-family global sketch: :class:`FamilyTestParams` and
+
+    Attributes:
+        member: the ``global-sketch`` params every member uses (default: the shipped default). With
+            separate hashes its ``order`` is ignored (the family tilts the marginals and never steers
+            the order; at T = 0 the sampler warns); with shared hashes the drawn member steers it.
+        hashes: ``per-member`` (default): each member is a full key (its own k_sk and k_dir), scored
+            in K + M passes. ``shared``: one Count-Sketch, members differ in u only (module doc), at
+            about the cost of one key.
+        min_tokens: shortest text the detector accepts, in tokens (default 16).
+    """
+
+    member: GlobalSketchParams = GlobalSketchParams()
+    hashes: Literal["per-member", "shared"] = "per-member"
     min_tokens: int = Field(16, ge=1)
 
     @model_validator(mode="after")
-    def _check(self) -> "GlobalSketchFamilyParams":
+    def _check_family(self) -> "GlobalSketchFamilyParams":
         if self.spread_test and self.members < 2:
             raise ValueError("spread_test needs members >= 2 (it compares the best member with the others); "
                              "set spread_test=false for a single member")
-        if self.spread_test and self.spread == "student" and _dof(self.members, self.decoys) < 1:
-            raise ValueError("spread='student' needs members >= 3 or decoys >= 2 (degrees of freedom for the spread)")
         return self
 
 
@@ -130,7 +160,8 @@ def _dof(K: int, M: int) -> int:
 
 def family_pvalues(p: torch.Tensor, z: torch.Tensor, correction: str = "bonferroni",
                    spread_test: bool = True, spread: str = "student",
-                   z_decoy: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                   z_decoy: torch.Tensor | None = None,
+                   best: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The family's p-value from its members' p-values and z-scores (module doc, tests 1 and 2).
 
     Args:
@@ -140,6 +171,9 @@ def family_pvalues(p: torch.Tensor, z: torch.Tensor, correction: str = "bonferro
         spread_test: combine with the spread test.
         spread: ``student`` or ``normal``, the spread test's null (module doc).
         z_decoy: (M, B) float64 decoy z-scores pooled into the spread for ``student`` (None: M = 0).
+        best: (B,) int64, the member each text is tested at, chosen from the data in any way (None: the
+            member of smallest p_i). p_fam = min(1, K·p_best) ≥ min(1, K·min_i p_i) stays valid, and
+            the spread test is Bonferroni over the choice; the other members' p-values are not read.
 
     Returns:
         (p_value (B,) float64 = max(p_fam, p_spread) or p_fam, best (B,) int64 member of smallest
@@ -149,41 +183,49 @@ def family_pvalues(p: torch.Tensor, z: torch.Tensor, correction: str = "bonferro
         ConfigError: unknown correction or spread, or the spread test with too few members (and decoys).
     """
     K = p.shape[0]
-    p_min, best = p.min(0)  # (B,), (B,)
-    if correction == "bonferroni":
-        p_fam = bonferroni(p_min[None], m=K, dim=0)[0]  # the smallest of K: min(1, K·p_min)
-    elif correction == "sidak":
-        p_fam = -torch.expm1(K * torch.log1p(-p_min.clamp(max=1.0 - 1e-16)))  # 1 − (1 − p)^K without cancellation
-        p_fam = torch.where(p_min >= 1.0, torch.ones_like(p_fam), p_fam)
-    else:
+    if correction not in ("bonferroni", "sidak"):
         raise ConfigError(f"unknown family-wise correction {correction!r} (bonferroni | sidak)")
     if spread not in ("student", "normal"):
         raise ConfigError(f"unknown spread test {spread!r} (student | normal)")
+    from scipy.special import ndtr, stdtr
+
+    # numpy on (K, B): torch's small ops wait on its thread pool, and every step here is elementwise
+    pn, zn = p.detach().cpu().numpy().astype(np.float64), z.detach().cpu().numpy().astype(np.float64)
+    best_n = pn.argmin(0) if best is None else best.cpu().numpy().astype(np.int64)  # (B,)
+    cols = np.arange(pn.shape[1])
+    p_min = pn[best_n, cols]  # (B,)
+    if correction == "bonferroni":
+        p_fam = np.minimum(1.0, K * p_min)  # the smallest of K: min(1, K·p_min) (Dunn 1961)
+    else:  # 1 − (1 − p)^K without cancellation
+        p_fam = np.where(p_min >= 1.0, 1.0, -np.expm1(K * np.log1p(-np.minimum(p_min, 1.0 - 1e-16))))
+
+    def out(pv: np.ndarray, d: np.ndarray) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return torch.from_numpy(pv), torch.from_numpy(best_n), torch.from_numpy(d)
+
     M = 0 if z_decoy is None else z_decoy.shape[0]
     if K < 2 or (spread == "student" and _dof(K, M) < 1):
         if spread_test:
             raise ConfigError(f"the {spread} spread test needs at least {2 if spread == 'normal' else 3} members "
                               "(or, for student, 2 members and 2 decoys)")
-        return p_fam, best, torch.full_like(p_fam, float("nan"))
-    from scipy import stats
-
-    zc = z - z.mean(0)  # (K, B) centred per text (no cancellation in the sums below)
-    z_best = zc.gather(0, best[None])[0]  # (B,)
+        return out(p_fam, np.full_like(p_fam, np.nan))
+    zc = zn - zn.mean(0)  # (K, B) centred per text (no cancellation in the sums below)
+    z_best = zc[best_n, cols]  # (B,)
     m_rest = (zc.sum(0) - z_best) / (K - 1)  # (B,) mean of the other members
     d = (z_best - m_rest) / math.sqrt(1.0 + 1.0 / (K - 1))  # (B,) unit-noise contrast
     if spread == "student":
-        ss = (zc.square().sum(0) - z_best.square() - (K - 1) * m_rest.square()).clamp(min=0.0)  # (B,) other members
+        ss = np.maximum(np.square(zc).sum(0) - z_best ** 2 - (K - 1) * m_rest ** 2, 0.0)  # (B,) other members
         if M >= 2:
-            ss = ss + (z_decoy - z_decoy.mean(0)).square().sum(0)  # (B,) + the decoys' own spread
+            zd = z_decoy.detach().cpu().numpy().astype(np.float64)
+            ss = ss + np.square(zd - zd.mean(0)).sum(0)  # (B,) + the decoys' own spread
         nu = _dof(K, M)
-        d = d / (ss / nu).sqrt().clamp(min=1.0)  # (B,) t_b: scaled by max(s, 1)
-        tail = stats.t.sf(d.cpu().numpy(), nu)  # P(T_ν ≥ t_b)
+        d = d / np.maximum(np.sqrt(ss / nu), 1.0)  # (B,) t_b: scaled by max(s, 1)
+        tail = stdtr(nu, -d)  # P(T_ν ≥ t_b)
     else:
-        tail = stats.norm.sf(d.cpu().numpy())  # 1 − Φ(d_b)
+        tail = ndtr(-d)  # 1 − Φ(d_b)
     if not spread_test:
-        return p_fam, best, d
-    p_spread = bonferroni(torch.from_numpy(np.asarray(tail))[None], m=K, dim=0)[0].to(p_fam)  # over the choice of b
-    return torch.maximum(p_fam, p_spread), best, d
+        return out(p_fam, d)
+    p_spread = np.minimum(1.0, K * tail)  # Bonferroni over the choice of b
+    return out(np.maximum(p_fam, p_spread), d)
 
 
 class GlobalSketchFamilyScheme(ComposedScheme):
@@ -193,15 +235,20 @@ class GlobalSketchFamilyScheme(ComposedScheme):
 
     Args:
         params: :class:`GlobalSketchFamilyParams`.
-        key: the :class:`sketchwm.keys.WatermarkKey`; member keys derive from it (:func:`member_key`).
+        key: the :class:`sketchwm.keys.WatermarkKey`; member keys derive from it (:func:`member_key`,
+            or the one key of :data:`SHARED_DOMAIN` with shared hashes).
         vocab_size: V.
         device: where tables live.
         registry, tokenizer_fingerprint: passed to every member (:class:`GlobalSketchScheme`).
 
     Attributes:
-        members: the K member :class:`GlobalSketchScheme` instances.
-        decoys: the M decoy :class:`GlobalSketchScheme` instances (detection only; empty unless
-            the studentised spread test is on).
+        members: the K member :class:`GlobalSketchScheme` instances (per-member hashes; empty with
+            shared hashes, where :attr:`shared` carries every member as a direction index).
+        decoys: the M decoy :class:`GlobalSketchScheme` instances (per-member hashes, detection only;
+            empty unless the studentised spread test is on).
+        shared: with shared hashes, the one :class:`GlobalSketchScheme` whose direction indices
+            0..K − 1 are the members and K..K + M − 1 the decoys; else None.
+        shared_stats: with shared hashes, their :class:`SharedMemberStats` (detection); else None.
         drawn: (B,) int64, the member each text of the last generated batch was embedded under
             (None before the first step of a generation); a benchmark's ground truth, never needed
             for detection.
@@ -218,39 +265,54 @@ class GlobalSketchFamilyScheme(ComposedScheme):
     def __init__(self, params: Any, key: Any, vocab_size: int, device="cpu", registry: Any = None,
                  tokenizer_fingerprint: str | None = None):
         super().__init__(params, key, vocab_size, device)
-        # the family tilts and never steers the order (it has no order_priority of its own): its members tilt alone
-        member = {**self.params.member.model_dump(mode="json"), "order": "off"}
-        self.members = [GlobalSketchScheme(member, member_key(key, i), vocab_size, device, registry=registry,
-                                           tokenizer_fingerprint=tokenizer_fingerprint)
-                        for i in range(self.params.members)]
-        n_decoys = self.params.decoys if self.params.spread_test and self.params.spread == "student" else 0
-        self.decoys = [GlobalSketchScheme(member, decoy_key(key, j), vocab_size, device, registry=registry,
-                                          tokenizer_fingerprint=tokenizer_fingerprint) for j in range(n_decoys)]
-        self.prior_fingerprint = self.members[0].prior_fingerprint
+        p = self.params
+        self.n_decoys = p.decoys if p.spread_test and p.spread == "student" else 0
+        build = dict(registry=registry, tokenizer_fingerprint=tokenizer_fingerprint)
+        self.members, self.decoys, self.shared, self.shared_stats = [], [], None, None
+        if p.hashes == "shared":
+            self.shared = GlobalSketchScheme(p.member.model_dump(mode="json"), key.subkey(SHARED_DOMAIN), vocab_size,
+                                             device, **build)
+            self._directions = self.shared.directions(torch.arange(p.members))  # (K, D) float32 ±1
+            self.shared_stats = SharedMemberStats(self.shared, p.members, self.n_decoys)
+        else:
+            # the family tilts and never steers the order (it has no order_priority of its own): its members tilt alone
+            member = {**p.member.model_dump(mode="json"), "order": "off"}
+            self.members = [GlobalSketchScheme(member, member_key(key, i), vocab_size, device, **build)
+                            for i in range(p.members)]
+            self.decoys = [GlobalSketchScheme(member, decoy_key(key, j), vocab_size, device, **build)
+                           for j in range(self.n_decoys)]
+        first = self.shared or self.members[0]
+        self.sketch, self.prior_fingerprint, self.prior_desc = first.sketch, first.prior_fingerprint, first.prior_desc
         self.drawn: torch.Tensor | None = None
         self._begin: tuple[int, int, torch.Tensor, torch.Tensor] | None = None
         self._groups: list[tuple[int, torch.Tensor]] = []
 
     # ------------------------------------------------------------------ embedding
     def parts(self) -> list[GlobalSketchScheme]:
-        """The members: each is told the stop token (:meth:`ComposedScheme.set_stop_token`)."""
-        return self.members
+        """The schemes that generate: the members, or the shared scheme (each is told the stop token,
+        :meth:`ComposedScheme.set_stop_token`)."""
+        return [self.shared] if self.shared is not None else self.members
 
     def begin(self, batch_size: int, gen_length: int, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> None:
         """Forget the last batch's members; they are drawn at the first step (from its generator), and
-        each drawn member starts on its own texts then."""
+        each drawn member starts on its own texts then (the shared scheme starts now)."""
         self._begin = (batch_size, gen_length, prompt_ids, prompt_mask)
         self.drawn, self._groups = None, []
+        if self.shared is not None:
+            self.shared.begin(batch_size, gen_length, prompt_ids, prompt_mask)
 
     def _draw(self, step: DenoiseStep) -> None:
         """Draw one member per text, uniformly, from the step's generator (a fresh one if None), and
-        start each member drawn on its texts."""
+        start each member drawn on its texts (shared hashes: give each text its member's direction)."""
         B = step.tokens.shape[0]
         gen = step.generator
         if gen is None:
             gen = torch.Generator().manual_seed(secrets.randbits(62))
         dev = gen.device if isinstance(gen, torch.Generator) else step.tokens.device
         self.drawn = torch.randint(self.params.members, (B,), generator=gen, device=dev).to(step.tokens.device)  # (B,)
+        if self.shared is not None:
+            self.shared.use_directions(self._directions.to(self.drawn.device)[self.drawn])  # (B, D)
+            return
         _, gen_length, prompt_ids, prompt_mask = self._begin or (B, step.tokens.shape[1], step.prompt_ids, step.prompt_mask)
         self._groups = []
         for m in torch.unique(self.drawn).tolist():
@@ -258,8 +320,23 @@ class GlobalSketchFamilyScheme(ComposedScheme):
             self.members[m].begin(int(idx.numel()), gen_length, prompt_ids[idx], prompt_mask[idx])
             self._groups.append((m, idx))
 
+    def tilt(self, step: DenoiseStep) -> Tilt:
+        """:meth:`process_logits` as a value (a combined scheme's ``rows`` channel; shared hashes
+        only): the tilted target rows (B, K, V) float32 and the step's coverage (B,) or None.
+
+        Raises:
+            ConfigError: separate hashes (their members tilt groups of texts one at a time).
+        """
+        if self.shared is None:
+            raise ConfigError("a family with hashes='per-member' is not a channel; use hashes='shared'")
+        if self.drawn is None or self.drawn.shape[0] != step.tokens.shape[0]:
+            self._draw(step)
+        return self.shared.tilt(step)
+
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
         """Each text's target logits tilted by its own member (eq. 7 of the seed paper): (B, K, V)."""
+        if self.shared is not None:
+            return self.tilt(step).logits
         if self.drawn is None or self.drawn.shape[0] != step.tokens.shape[0]:
             self._draw(step)
         mg = step.marginals
@@ -278,6 +355,17 @@ class GlobalSketchFamilyScheme(ComposedScheme):
             out[idx] = t
         return out
 
+    def steers_order(self, temperature: float) -> bool:
+        """Shared hashes: as the member params' ``order`` (the drawn member's gradient ranks the
+        positions, :meth:`GlobalSketchScheme.steers_order`); separate hashes: False."""
+        return self.shared is not None and self.shared.steers_order(temperature)
+
+    def order_priority(self, step: DenoiseStep, x0: torch.Tensor, confidence: torch.Tensor) -> torch.Tensor:
+        """The shared scheme's priority (B, K) float32 (:meth:`GlobalSketchScheme.order_priority`)."""
+        if self.shared is None:
+            return super().order_priority(step, x0, confidence)
+        return self.shared.order_priority(step, x0, confidence)
+
     # ------------------------------------------------------------------ detection
     def member_scores(self, ids: torch.Tensor, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, str]:
         """Every member's p-value and z: ids (B, N) int64, valid (B, N) bool → p (K, B) float64,
@@ -286,9 +374,19 @@ class GlobalSketchFamilyScheme(ComposedScheme):
         Raises:
             InputError: ids outside [0, V).
         """
+        if self.shared is not None:
+            p, z, _, n, _ = self.shared_stats.scores(ids, valid, every=True)
+            return p, z, n, self.shared_stats.method()
         outs = [m.score_ids(ids, valid) for m in self.members]  # K passes of O(B·N) each
         return (torch.stack([o.p_value.double() for o in outs]), torch.stack([o.z.double() for o in outs]),
                 outs[0].n_scored, outs[0].p_value_method)
+
+    def member_token_weights(self) -> torch.Tensor:
+        """c_i(v) = ⟨u^{(i)}, φ_i(v)⟩ of every member and token: (K, V) float64 (0 on excluded tokens), the
+        per-token boosts a counting thief estimates the mean of (module doc)."""
+        if self.shared is not None:
+            return self.shared_stats.table()[0][:-1, : self.params.members].T.to(torch.float64)
+        return torch.stack([m.token_weights() for m in self.members])
 
     def score_ids(self, ids: torch.Tensor, valid: torch.Tensor) -> SchemeScores:
         """Family detection for ids (B, N) with valid (B, N) (module doc): p-value max(p_fam, p_spread),
@@ -297,9 +395,15 @@ class GlobalSketchFamilyScheme(ComposedScheme):
         Raises:
             InputError: ids outside [0, V).
         """
-        p, z, n, method = self.member_scores(ids, valid)
-        z_decoy = torch.stack([d.score_ids(ids, valid).z.double() for d in self.decoys]) if self.decoys else None  # (M, B)
-        pv, best, _ = family_pvalues(p, z, self.params.correction, self.params.spread_test, self.params.spread, z_decoy)
+        best = None  # per-member hashes: the member of smallest p
+        if self.shared is not None:  # shared hashes: the member of largest z
+            p, z, z_decoy, n, best = self.shared_stats.scores(ids, valid)
+            method = self.shared_stats.method()
+        else:
+            p, z, n, method = self.member_scores(ids, valid)
+            z_decoy = torch.stack([d.score_ids(ids, valid).z.double() for d in self.decoys]) if self.decoys else None  # (M, B)
+        pv, best, _ = family_pvalues(p, z, self.params.correction, self.params.spread_test, self.params.spread, z_decoy,
+                                     best)
         from scipy.special import ndtri
 
         score = torch.from_numpy(-ndtri(np.clip(pv.cpu().numpy(), 1e-300, 1.0))).to(pv)  # Φ⁻¹(1 − p)
@@ -307,8 +411,19 @@ class GlobalSketchFamilyScheme(ComposedScheme):
         how = (f"{self.params.correction} over {self.params.members} member keys of "
                f"[{method}]"
                + (f" and the {self.params.spread} spread test" if self.params.spread_test else "")
-               + (f" ({len(self.decoys)} decoy keys)" if self.decoys else ""))
-        return SchemeScores(score, z_best, pv, n, how)
+               + (f" ({self.n_decoys} decoy keys)" if self.n_decoys else ""))
+        dev = ids.device
+        return SchemeScores(score.to(dev), z_best.to(dev), pv.to(dev), n.to(dev), how)
+
+    def attribute(self, ids: torch.Tensor, valid: torch.Tensor, n_keys: int, **kw: Any) -> Any:
+        """Shared hashes: rank direction indices of the shared key (members are 0..K − 1, so a text's
+        top index is the member that wrote it); arguments, result and errors as
+        :meth:`GlobalSketchScheme.attribute`. Separate hashes: the first member's directions.
+
+        Raises:
+            InputError: as :meth:`GlobalSketchScheme.attribute`.
+        """
+        return (self.shared or self.members[0]).attribute(ids, valid, n_keys, **kw)
 
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
         """Φ⁻¹(1 − α) on ``score`` (⇔ p ≤ α)."""
@@ -317,5 +432,5 @@ class GlobalSketchFamilyScheme(ComposedScheme):
     def describe(self) -> dict[str, Any]:
         """Config plus the members' resolved prior."""
         d = super().describe()
-        d["resolved_prior"] = self.members[0].prior_desc
+        d["resolved_prior"] = self.prior_desc
         return d

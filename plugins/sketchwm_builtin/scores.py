@@ -38,6 +38,12 @@ __all__ = ["PenalizedScore", "ZScore", "P_VALUE_METHODS"]
 P_VALUE_METHODS = ("exact", "bound", "uniform-bound", "normal", "monte-carlo")
 
 
+def _rows(u: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """u as (B, D) float32 rows on h's device: u (D,) broadcast to every text, or (B, D) one per text."""
+    u = u.to(h.device, torch.float32)
+    return u[None, :] if u.dim() == 1 else u
+
+
 def _int_sketch(h: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor | None:
     """H = round(√N h) as int64 if that is integral (within 1e-3), else None."""
     H = h.double() * n_tokens.double().clamp_min(1).sqrt()[:, None]
@@ -144,8 +150,8 @@ class PenalizedScore(_SketchScore):
         return 2 * ip - self.lam * (sq if ip.dim() == 1 else sq[:, None])
 
     def residual(self, u: torch.Tensor, h_hat: torch.Tensor) -> torch.Tensor:
-        """r_{k,t} = u_k − λĥ_{k,t} (eq. 6): (B, D) float32."""
-        return u.to(h_hat.device, torch.float32)[None, :] - self.lam * h_hat.float()
+        """r_{k,t} = u_k − λĥ_{k,t} (eq. 6): u (D,) or per text (B, D), ĥ (B, D) → (B, D) float32."""
+        return _rows(u, h_hat) - self.lam * h_hat.float()
 
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:
         """τ_α = (2/λ) log(1/α) (eq. 19), the same at every length ``n_tokens``. Meaningful on a sketch with
@@ -172,9 +178,10 @@ class ZScore(_SketchScore):
         return ip / (hn if ip.dim() == 1 else hn[:, None])
 
     def residual(self, u: torch.Tensor, h_hat: torch.Tensor) -> torch.Tensor:
-        """Ascent direction of z at ĥ: u − (⟨u,ĥ⟩/‖ĥ‖²) ĥ, (B, D) float32 (u where ĥ = 0)."""
+        """Ascent direction of z at ĥ: u − (⟨u,ĥ⟩/‖ĥ‖²) ĥ, u (D,) or per text (B, D), ĥ (B, D) → (B, D)
+        float32 (u where ĥ = 0)."""
         h = h_hat.float()
-        uu = u.to(h.device, torch.float32)[None, :]
+        uu = _rows(u, h)
         coef = (h * uu).sum(1, keepdim=True) / (h * h).sum(1, keepdim=True).clamp_min(1e-12)
         return uu - coef * h
 

@@ -4,11 +4,17 @@ The default scheme (:data:`sketchwm.config.DEFAULT_SCHEME`): a :class:`~sketchwm
 of two channels (a third, keyed sampling, under ``sampling: keyed``), each a registered scheme under
 its own key.
 
-* ``sketch``: the global sketch of the seed paper (:class:`GlobalSketchScheme` under the key itself):
-  the exponential tilt of eq. 7 along the residual gradient of the expected sketch (eq. 5-6), its
-  step size η_t scaled by min(1, c/c*), c = n̂/N the expected coverage (distinct kept tokens per
-  generated position, eq. 5's n̂) of the marginals tokens are drawn from and c* its ``coverage_full``.
-  Tested by its fixed-key background null. It also steers the order under greedy decoding.
+* ``sketch``: the global sketch of the seed paper as a key family with shared hashes
+  (:class:`~sketchwm_builtin.key_family.GlobalSketchFamilyScheme`, ``hashes: shared``, K = 16 members
+  by default; ``family: {members: 1}`` gives the single-key :class:`GlobalSketchScheme`
+  under the key itself): each text is tilted along one member's direction u^{(i)}, drawn at random
+  per text (Aremu et al. 2025, arXiv 2507.07871), by the exponential tilt of eq. 7 along the residual
+  gradient of the expected sketch (eq. 5-6), its step size η_t scaled by min(1, c/c*), c = n̂/N the
+  expected coverage (distinct kept tokens per generated position, eq. 5's n̂) of the marginals tokens
+  are drawn from and c* its ``coverage_full``. Tested by each member's fixed-key background null,
+  Bonferroni over the members and the spread test (the evidence must favour one member, as a genuine
+  text's does and a thief's count over many texts does not). It also steers the order under greedy
+  decoding.
 * ``green``: a context-keyed green list (Kirchenbauer et al. 2023, "A Watermark for Large Language
   Models"; for masked diffusion LMs Gloaguen et al. 2025, arXiv 2509.24368: :class:`RedGreenDLMScheme`
   under ``key.subkey(GREEN_DOMAIN)``): the logit increment δ_g·∂J/∂p along the gradient of the
@@ -46,6 +52,7 @@ Examples:
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Literal
 
 import numpy as np
@@ -59,6 +66,7 @@ from sketchwm_baselines.aar_gumbel import AARGumbelParams, AARGumbelScheme
 from sketchwm_baselines.red_green_dlm import RedGreenDLMParams, RedGreenDLMScheme
 
 from .global_sketch import GlobalSketchParams, GlobalSketchScheme
+from .key_family import FamilyTestParams, GlobalSketchFamilyScheme
 
 __all__ = ["SketchGreenParams", "SketchGreenScheme", "GREEN_DOMAIN", "SAMPLING_DOMAIN"]
 
@@ -66,6 +74,27 @@ __all__ = ["SketchGreenParams", "SketchGreenScheme", "GREEN_DOMAIN", "SAMPLING_D
 GREEN_DOMAIN = "global-sketch-green/green"
 #: domain of the keyed-sampling channel's key: ``key.subkey(SAMPLING_DOMAIN)``
 SAMPLING_DOMAIN = "global-sketch-green/sampling"
+
+
+def channel_params(model: StrictModel, min_tokens: int, **over: Any) -> dict:
+    """A channel's params as a dict: ``model`` dumped, the scheme's ``min_tokens`` and the ``over`` fields."""
+    return {**model.model_dump(mode="json"), "min_tokens": min_tokens, **over}
+
+
+def sketch_channel(family: FamilyTestParams, sketch: dict, key: Any, vocab_size: int, device: Any = "cpu",
+                   **build: Any) -> GlobalSketchScheme | GlobalSketchFamilyScheme:
+    """The default's sketch channel: the global sketch with params ``sketch`` (a dict of
+    :class:`GlobalSketchParams`) under ``key`` itself when ``family.members`` is 1, else the shared-hash
+    key family of :mod:`sketchwm_builtin.key_family` with ``family``'s members and tests; ``build``:
+    ``registry`` and ``tokenizer_fingerprint``.
+
+    Raises:
+        ConfigError: bad params (as the schemes raise them).
+    """
+    if family.members == 1:
+        return GlobalSketchScheme(sketch, key, vocab_size, device, **build)
+    return GlobalSketchFamilyScheme({**family.model_dump(), "member": sketch, "hashes": "shared",
+                                     "min_tokens": sketch.get("min_tokens", 16)}, key, vocab_size, device, **build)
 
 
 class SketchGreenParams(StrictModel):
@@ -76,6 +105,9 @@ class SketchGreenParams(StrictModel):
             (δ 0.75) with ``coverage_full`` c* = 0.25 (the sketch keeps its full tilt where at least a
             quarter of the positions are expected to be new distinct kept tokens) and ``marginals:
             sampled`` (c read from softmax(l/T), the distribution tokens are drawn from).
+        family: the sketch channel's key family (:class:`FamilyTestParams`; default K = 16 members,
+            Bonferroni over them and the unit-noise spread test, no decoys); ``members: 1`` is the
+            single-key sketch, which a thief who counts words in 50 texts forges (docs/forgery.md).
         green: the green channel's :class:`RedGreenDLMParams` (context {−1}, SumHash, γ = 0.25, both
             gradient terms); ``delta`` δ_g ≥ 0 is its logit shift at s = 1 (default 2).
         scale: s ≥ 0, the strength knob (default 1): multiplies the sketch's δ and δ_g, so a sweep of s
@@ -105,6 +137,7 @@ class SketchGreenParams(StrictModel):
     """
 
     sketch: GlobalSketchParams = GlobalSketchParams(delta=0.75, coverage_full=0.25, marginals="sampled")
+    family: FamilyTestParams = FamilyTestParams(spread="normal", decoys=0)
     green: RedGreenDLMParams = RedGreenDLMParams(delta=2.0)
     scale: float = Field(1.0, ge=0)
     handover: bool = True
@@ -141,7 +174,7 @@ class SketchGreenScheme(CombinedScheme):
     """
 
     name = "global-sketch-green"
-    version = "2"  # bumped by every change of what a setting generates or detects
+    version = "3"  # bumped by every change of what a setting generates or detects
     Params = SketchGreenParams
     strength = Strength("scale", (0.25, 0.5, 1.0, 1.5, 2.0))  # s, both tilts' strengths; default 1
     noise_required = False
@@ -150,12 +183,9 @@ class SketchGreenScheme(CombinedScheme):
                  tokenizer_fingerprint: str | None = None):
         super().__init__(params, key, vocab_size, device)
         p = self.params
-
-        def cfg(model: StrictModel, **over: Any) -> dict:
-            return {**model.model_dump(mode="json"), "min_tokens": p.min_tokens, **over}
-
-        self.sketch_channel = GlobalSketchScheme(cfg(p.sketch, delta=p.scale * p.sketch.delta), key, vocab_size, device,
-                                                 registry=registry, tokenizer_fingerprint=tokenizer_fingerprint)
+        cfg = partial(channel_params, min_tokens=p.min_tokens)
+        self.sketch_channel = sketch_channel(p.family, cfg(p.sketch, delta=p.scale * p.sketch.delta), key, vocab_size,
+                                             device, registry=registry, tokenizer_fingerprint=tokenizer_fingerprint)
         self.green_channel = RedGreenDLMScheme(cfg(p.green, delta=p.scale * p.green.delta), key.subkey(GREEN_DOMAIN),
                                                vocab_size, device)
         keep = self.sketch_channel.sketch.keep if p.keyed_scores == "kept" else None  # (V,) the sketch's kept tokens
@@ -182,7 +212,7 @@ class SketchGreenScheme(CombinedScheme):
         """The sketch's share w of α per text: the float ``weight`` under ``weighting: fixed`` (or without
         ``coverage_full``), else (B,) float64 f + (1 − 2f)·min(1, (n_d/N)/c*) ∈ [f, 1 − f], n_d the sketch's
         ``n_scored`` (distinct kept tokens) and N = ``n_tokens`` (B,) int64."""
-        p, full = self.params, self.sketch_channel.params.coverage_full
+        p, full = self.params, self.params.sketch.coverage_full
         if self.fixed_weight:
             return float(p.weight)
         cov = scores["sketch"].n_scored.cpu().numpy().astype(np.float64) / np.maximum(n_tokens.cpu().numpy(), 1)
@@ -198,7 +228,8 @@ class SketchGreenScheme(CombinedScheme):
     def attribute(self, ids: torch.Tensor, valid: torch.Tensor, n_keys: int, **kw: Any) -> Any:
         """Rank K key-family members for each text through the sketch channel: ids (B, N) int64, valid
         (B, N) bool, and ``top``, ``chunk``, ``bank`` as :meth:`GlobalSketchScheme.attribute` (the green
-        and keyed channels are the same for every member). Returns its
+        and keyed channels are the same for every member; with the sketch's own family, its members are
+        direction indices 0..K − 1 of the family's shared key). Returns its
         :class:`~sketchwm_builtin.global_sketch.Attribution`.
 
         Raises:

@@ -52,7 +52,8 @@ class ScoreFunction(Component):
 
     @abstractmethod
     def residual(self, u: torch.Tensor, h_hat: torch.Tensor) -> torch.Tensor:
-        """Ascent direction ½∇_h S at h_hat: u (D,), h_hat (B, D) → (B, D) float32 (r_{k,t} of eq. 6)."""
+        """Ascent direction ½∇_h S at h_hat: u (D,), or (B, D) one direction per text (a key family's
+        drawn members), h_hat (B, D) → (B, D) float32 (r_{k,t} of eq. 6)."""
 
     @abstractmethod
     def analytic_threshold(self, alpha: float, n_tokens: int) -> float:

@@ -9,6 +9,11 @@ import torch
 
 from ..errors import InputError
 
+try:  # the optional C extension (pyproject.toml ext-modules): K columns summed in one pass per text
+    from sketchwm._fastids import distinct_sums as _distinct_sums
+except ImportError:  # pragma: no cover - exercised where no compiler built it
+    _distinct_sums = None
+
 __all__ = ["sort_rows", "ids_summary", "check_token_ids", "distinct_token_sums"]
 
 
@@ -103,7 +108,8 @@ def check_token_ids(ids: torch.Tensor, valid: torch.Tensor, vocab_size: int) -> 
 
 def distinct_token_sums(ids: torch.Tensor, valid: torch.Tensor, values: torch.Tensor, keep: torch.Tensor,
                         chunk: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per row, Σ values[v] and Σ keep[v] over the row's *distinct* valid token ids v.
+    """Per row, Σ values[v] and Σ keep[v] over the row's *distinct* valid token ids v (``values`` may
+    hold K columns, one table per key of a family, summed in the same pass).
 
     The presence statistic T = Σ_v c(v)·x_v and n_d = Σ_v keep_v·x_v (x_v = 1[v in the row]) without
     a (B, V) table. On CPU: rows are processed in chunks of ``chunk`` with reused int32 buffers
@@ -114,22 +120,25 @@ def distinct_token_sums(ids: torch.Tensor, valid: torch.Tensor, values: torch.Te
     Args:
         ids: (B, N) int64 in [0, V) where valid (not checked here).
         valid: (B, N) bool.
-        values: (V + 1,) table, entry V = 0 (padding); an integer dtype gives exact int64 sums, a float
-            dtype float64 sums.
+        values: (V + 1,) or (V + 1, K) table, row V = 0 (padding); an integer dtype gives exact int64
+            sums, a float dtype float64 sums.
         keep: (V + 1,) int8/bool table, entry V = 0.
 
     Returns:
-        (B,) sums of ``values`` (int64 or float64) and (B,) int64 sums of ``keep``.
+        (B,) or (B, K) sums of ``values`` (int64 or float64) and (B,) int64 sums of ``keep``.
     """
     V = values.shape[0] - 1
     B, N = ids.shape
     integral = not values.dtype.is_floating_point
     if ids.device.type != "cpu":
         return _distinct_token_sums_torch(ids, valid, values, keep)
+    if values.dim() == 2 and values.dtype == torch.int8 and _distinct_sums is not None:
+        return _distinct_table_sums_c(ids, valid, values, keep)
     ids_np, valid_np = ids.numpy(), valid.numpy()
     vals_np, keep_np = values.numpy(), keep.to(torch.int8).numpy()
     all_valid = bool(valid_np.all())  # numpy: no torch thread spin-wait (see ids_summary)
-    T = np.empty(B, dtype=np.int64 if integral else np.float64)
+    cols = vals_np.shape[1:]  # () or (K,)
+    T = np.empty((B, *cols), dtype=np.int64 if integral else np.float64)
     n = np.empty(B, dtype=np.int64)
     acc = np.int64 if integral else np.float64
     # row sums of int8 entries fit int16 when |entry| * N does (numpy's int16 reduction is 2-3x faster)
@@ -138,11 +147,12 @@ def distinct_token_sums(ids: torch.Tensor, valid: torch.Tensor, values: torch.Te
     acc_k = np.int16 if N <= 32767 else np.int64
 
     def run(lo: int, hi: int) -> None:
-        step = max(1, min(chunk, hi - lo, (1 << 20) // max(N, 1)))  # rows per buffer: no more than needed, ~1M cells
+        width = N * (cols[0] if cols else 1)
+        step = max(1, min(chunk, hi - lo, (1 << 20) // max(width, 1)))  # rows per buffer: no more than needed, ~1M cells
         buf = np.empty((step, N), np.int32)  # reused per chunk: stays in cache; int32 sorts faster
         idx = np.empty((step, N), np.intp)  # the sorted ids as np.take's native index type (no conversion in take)
         first = np.ones((step, N), bool)
-        cv = np.empty((step, N), vals_np.dtype)
+        cv = np.empty((step, N, *cols), vals_np.dtype)
         kv = np.empty((step, N), np.int8)
         for i in range(lo, hi, step):
             r = min(step, hi - i)
@@ -153,9 +163,9 @@ def distinct_token_sums(ids: torch.Tensor, valid: torch.Tensor, values: torch.Te
             b.sort(axis=1)
             np.not_equal(b[:, 1:], b[:, :-1], out=f[:, 1:])
             np.copyto(ix, b)
-            np.take(vals_np, ix, out=c)
+            np.take(vals_np, ix, axis=0, out=c)
             np.take(keep_np, ix, out=k)
-            np.multiply(c, f, out=c)
+            np.multiply(c, f[..., None] if cols else f, out=c)
             np.multiply(k, f, out=k)
             T[i:i + r] = c.sum(1, dtype=acc_c)
             n[i:i + r] = k.sum(1, dtype=acc_k)
@@ -169,6 +179,26 @@ def distinct_token_sums(ids: torch.Tensor, valid: torch.Tensor, values: torch.Te
     return torch.from_numpy(T), torch.from_numpy(n)
 
 
+def _distinct_table_sums_c(ids: torch.Tensor, valid: torch.Tensor, values: torch.Tensor,
+                           keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`distinct_token_sums` of an int8 (V + 1, K) table on CPU in the C extension: one pass per
+    text, first copies marked by a per-id stamp (no sort). Returns (B, K) int64 and (B,) int64."""
+    B, N = ids.shape
+    V1, K = values.shape
+    ids_c = ids.contiguous().numpy().astype(np.int64, copy=False)
+    valid_c = np.ascontiguousarray(valid.numpy(), dtype=np.uint8)
+    T, n = np.empty((B, K), np.int64), np.empty(B, np.int64)
+    tab, kp = values.contiguous().numpy(), np.ascontiguousarray(keep.to(torch.int8).numpy())
+
+    def run(lo: int, hi: int) -> None:  # the extension releases the GIL: row slices run on threads
+        _distinct_sums(ids_c[lo:hi], valid_c[lo:hi], hi - lo, N, V1 - 1, tab, K, kp, T[lo:hi], n[lo:hi])
+
+    workers = max(1, min(torch.get_num_threads(), B // 256))
+    bounds = [round(B * j / workers) for j in range(workers + 1)]
+    list(_thread_pool(workers).map(run, bounds[:-1], bounds[1:])) if workers > 1 else run(0, B)
+    return torch.from_numpy(T), torch.from_numpy(n)
+
+
 def _distinct_token_sums_torch(ids: torch.Tensor, valid: torch.Tensor, values: torch.Tensor,
                                keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`distinct_token_sums` in plain torch ops (any device; used off the CPU)."""
@@ -177,7 +207,8 @@ def _distinct_token_sums_torch(ids: torch.Tensor, valid: torch.Tensor, values: t
     first = torch.ones_like(tok, dtype=torch.bool)
     first[:, 1:] = tok[:, 1:] != tok[:, :-1]
     acc = torch.float64 if values.dtype.is_floating_point else torch.int64
-    return (values[tok].to(acc) * first).sum(1), (keep[tok].to(torch.int64) * first).sum(1)
+    mask = first[..., None] if values.dim() == 2 else first
+    return (values[tok].to(acc) * mask).sum(1), (keep[tok].to(torch.int64) * first).sum(1)
 
 
 _POOL: ThreadPoolExecutor | None = None

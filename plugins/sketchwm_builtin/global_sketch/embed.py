@@ -125,7 +125,8 @@ class MarginalGradient:
     in the module doc), as :class:`TiltParts`.
 
     Args:
-        sketch: the scheme's sketch φ_k; score_fn: its score (``residual``); u: (D,) float32 direction u_k.
+        sketch: the scheme's sketch φ_k; score_fn: its score (``residual``); u: (D,) float32 direction u_k
+            (the attribute ``u`` may be set to (B, D), one direction per text of the batch: a key family).
         vocab_size: V; objective: ``score`` or ``statistic`` (:class:`GlobalSketchParams`).
         statistic: the column statistic over M_t of this generation.
     """
@@ -200,7 +201,8 @@ class MarginalGradient:
             r = self.score_fn.residual(self.u, h_hat)  # (B, D), ½∇_h S at ĥ
             t = self.sketch.token_scores(r)  # (B, V) ⟨r, φ(v)⟩
             if self.objective == "statistic":  # ∂E[T]/∂ŵ_v = c_k(v), on δ's scale
-                dS_dw = self.sketch.token_scores(self.u[None, :].expand_as(r)) / root
+                u = self.u.to(r.device, torch.float32)
+                dS_dw = self.sketch.token_scores(u.expand_as(r) if u.dim() == 1 else u) / root
             elif not presence:  # n̂ (N or E[L]) does not depend on the content marginals
                 dS_dw = t / root
             else:  # ĥ = Φᵀŵ/√n̂, n̂ = Σ_v keep_v ŵ_v: ∂ĥ/∂ŵ_v = (φ(v) − ½ keep_v ĥ/√n̂)/√n̂

@@ -92,6 +92,13 @@ class GlobalSketchScheme(WatermarkScheme):
         counter = idx[:, None] * D + torch.arange(D, dtype=torch.int64, device=self.device)[None, :]
         return keyed_signs(self._dir_seed, counter)
 
+    def use_directions(self, u: torch.Tensor | None) -> None:
+        """Tilt each text of the batch along its own direction from now on: u (B, D) float32 ±1, one
+        key-family member's u^{(i)} per text (:meth:`directions`; a shared-hash key family,
+        :mod:`sketchwm_builtin.key_family`), or None for this key's own u_k at every text. Detection
+        (:meth:`score_ids`) is unchanged: it tests u_k."""
+        self._gradient.u = self.u if u is None else u.to(self.device, torch.float32)
+
     # ------------------------------------------------------------------ embedding (:mod:`.embed`)
     def denoising_time(self, step: DenoiseStep) -> torch.Tensor:
         """τ = t/T ∈ [0, 1] of each text at this step, (B,) float32 (:func:`embed.denoising_time`)."""

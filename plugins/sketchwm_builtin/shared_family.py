@@ -1,0 +1,104 @@
+"""Detection of a key family whose members share one Count-Sketch (``global-sketch-family`` with
+``hashes: shared``, :mod:`sketchwm_builtin.key_family`): every member's and decoy's presence statistic
+T_i = Σ_v c_i(v) x_v from one pass over each text's distinct tokens, its background-null moments and
+the exact tail of the member each text is tested at (seed paper §4.1 for the direction family; the
+background null: :mod:`sketchwm_builtin.global_sketch.null`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from sketchwm.components import distinct_token_sums
+
+from .global_sketch.null import BackgroundNull
+
+__all__ = ["SharedMemberStats"]
+
+
+class SharedMemberStats:
+    """The statistics of K members and M decoys that are direction indices 0..K + M − 1 of one
+    :class:`~sketchwm_builtin.global_sketch.GlobalSketchScheme` (``shared``): their int8 weight table
+    c_i(v) (V + 1, K + M), one :class:`BackgroundNull` each, and the moments cached per length.
+
+    Args:
+        shared: the scheme whose directions the members are (its sketch, prior and ``null_margin``).
+        members: K; decoys: M (detection only).
+    """
+
+    def __init__(self, shared: Any, members: int, decoys: int):
+        self.shared, self.members, self.n_decoys = shared, int(members), int(decoys)
+        self._nulls: list[BackgroundNull] | None = None  # members then decoys, built on first detection
+        self._table: torch.Tensor | None = None  # (V + 1, K + M) int8 weights c_i(v), row V = 0
+        self._keep: torch.Tensor | None = None  # (V + 1,) int8 the sketch's kept tokens
+        self._moment_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # length → (K + M,) μ and σ²
+
+    def method(self) -> str:
+        """The members' p-value method, for :class:`SchemeScores`."""
+        return (f"fixed-key background null of each member, exact tail P(T' >= T - {self.shared.params.null_margin:g} sd) "
+                f"(token prior: {self.shared.prior_desc.get('source')}; one shared Count-Sketch)")
+
+    def table(self) -> tuple[torch.Tensor, list[BackgroundNull]]:
+        """The (V + 1, K + M) int8 weight table c_i(v) (members, then decoys; row V = 0) and each
+        column's :class:`BackgroundNull`, built once."""
+        if self._table is None:
+            sh = self.shared
+            c = sh.sketch.token_scores(sh.directions(torch.arange(self.members + self.n_decoys))).double()  # (K + M, V)
+            self._nulls = [BackgroundNull(sh.sketch, c[i], sh._log_pi, sh._log1m_pi, sh.params.null_dispersion,
+                                          sh.device) for i in range(c.shape[0])]
+            self._keep = sh.sketch.keep_table().to(torch.int8).cpu()  # (V + 1,)
+            pad = torch.zeros(1, c.shape[0], dtype=torch.int8, device=c.device)
+            self._table = torch.cat([c.round().to(torch.int8).T, pad]).contiguous().cpu()  # |c| ≤ d ≤ 127
+        return self._table, self._nulls
+
+    def _moments(self, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Background-null mean and variance of every column's T (:meth:`BackgroundNull.moments`) for
+        texts of ``lengths`` (B,) int64 tokens: (K + M, B) float64 each, one (b, V) × (V, K + M)
+        product per batch of new lengths, cached per length."""
+        table, nulls = self.table()
+        cache = self._moment_cache
+        uniq, inverse = np.unique(lengths, return_inverse=True)
+        todo = [int(n) for n in uniq.tolist() if int(n) not in cache]
+        if todo and self.shared.sketch.counting == "capped":  # the law of min(C, k): each null's own moments
+            mv = [null.moments(torch.tensor(todo)) for null in nulls]
+            for j, n in enumerate(todo):
+                cache[n] = (np.array([float(m[0][j]) for m in mv]), np.array([float(m[1][j]) for m in mv]))
+        elif todo:
+            c = table[:-1].to(torch.float64)  # (V, K + M)
+            l1m = self.shared._log1m_pi.cpu()
+            for i in range(0, len(todo), 256):
+                ks = torch.tensor(todo[i:i + 256], dtype=torch.float64)
+                q = -torch.expm1(ks[:, None] * l1m[None, :])  # (b, V)
+                mu, var = (q @ c).numpy(), ((q * (1 - q)) @ (c * c)).numpy()  # (b, K + M)
+                cache.update({n: (mu[j], var[j]) for j, n in enumerate(todo[i:i + 256])})
+        if len(cache) > 65536:
+            cache.clear()
+        mu = np.stack([cache[int(n)][0] for n in uniq.tolist()], 1)[:, inverse.reshape(-1)]  # (K + M, B)
+        var = np.stack([cache[int(n)][1] for n in uniq.tolist()], 1)[:, inverse.reshape(-1)]
+        return mu, var
+
+    def scores(self, ids: torch.Tensor, valid: torch.Tensor, every: bool = False) -> tuple[torch.Tensor, ...]:
+        """The statistics of ids (B, N) int64 with valid (B, N) bool, from one pass over each text's
+        distinct tokens: members' p (K, B) float64 (each text's exact p-value at its member of largest
+        z and 1 elsewhere; every member's with ``every``), members' z (K, B) float64, decoys' z (M, B)
+        float64 or None, n_d (B,) int64 distinct kept tokens, and that member (B,) int64.
+
+        Raises:
+            InputError: ids outside [0, V).
+        """
+        table, nulls = self.table()
+        ids, lengths = self.shared.sketch.check_ids(ids.cpu(), valid.cpu())
+        T, n_d = distinct_token_sums(ids, valid.cpu(), table, self._keep)  # (B, K + M), (B,)
+        K, Tn, ln = self.members, T.numpy().astype(np.float64).T, lengths.numpy()  # (K + M, B)
+        mu, var = self._moments(ln)  # (K + M, B) each
+        z = (Tn - mu) / np.sqrt(np.maximum(var, 1e-12))
+        best = z[:K].argmax(0)  # (B,) the member each text is tested at (family_pvalues: any choice is valid)
+        p = np.ones((K, T.shape[0]))  # the other members' p-values are not computed
+        margin, cols = self.shared.params.null_margin, np.arange(T.shape[0])
+        for i in (range(K) if every else np.unique(best).tolist()):  # members, each vectorised over its texts
+            sel = cols if every else cols[best == i]
+            p[i, sel] = nulls[i].pvalue(Tn[i, sel], ln[sel], var[i, sel], margin)
+        zt = torch.from_numpy(z)
+        return torch.from_numpy(p), zt[:K], (zt[K:] if self.n_decoys else None), n_d, torch.from_numpy(best)
