@@ -210,14 +210,29 @@ class CombinedScheme(ComposedScheme):
 
     # ------------------------------------------------------------------ generation
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
-        """The combined tilt of the target rows: (B, K, V) float32 (class doc)."""
-        increments = [(c, c.scheme.tilt(step)) for c in self.channels if c.acts == "increment"]  # untilted marginals
-        rows = self._one("rows")
-        base = rows.scheme.tilt(step) if rows is not None else None
+        """The combined tilt of the target rows: (B, K, V) float32 (class doc).
+
+        The increments read the untilted marginals. When the target rows are a copy of the rows read
+        (:meth:`Marginals.target_logits`), the ``rows`` channel tilts first, and an increment whose
+        share is 0 for every text is not computed (it would add zeros): the result is the same.
+        """
+        rows, incs = self._one("rows"), [c for c in self.channels if c.acts == "increment"]
+        early = rows is not None and not step.marginals.rows_are_targets and any(c.share is not None for c in incs)
+        base = rows.scheme.tilt(step) if early else None
+        increments = []
+        for c in incs:
+            share = c.share(base if base is not None else Tilt()) if early and c.share is not None else None
+            if share is not None and not bool((share > 0).any()):
+                continue  # no text takes any of this increment at this step
+            increments.append((c, c.scheme.tilt(step), share))
+        if not early:
+            base = rows.scheme.tilt(step) if rows is not None else None
         logits = base.logits if base is not None else step.marginals.target_logits()  # (B, K, V)
-        for c, inc in increments:
+        for c, inc, share in increments:
             if inc is not None:
-                inc.add_to(logits, None if c.share is None else c.share(base if base is not None else Tilt()))
+                if share is None and c.share is not None:
+                    share = c.share(base if base is not None else Tilt())
+                inc.add_to(logits, share)
         return logits
 
     def sampling_uniforms(self, step: DenoiseStep) -> torch.Tensor | None:
