@@ -4,7 +4,7 @@ Public API (README.md and docs/): :class:`WatermarkKey`, :class:`Watermarker` an
 :func:`keygen`, :func:`generate`, :func:`detect`, :func:`calibrate`.
 """
 
-__version__ = "0.5.0"
+__version__ = "0.6.0"
 
 from .errors import SketchwmError  # noqa: E402
 from .keys import WatermarkKey  # noqa: E402
