@@ -51,3 +51,12 @@ def test_a_floor_tie_and_the_rule_without_an_oracle():
     assert "detector's minimum of 8 tokens" in r.ties[0]
     (r,) = rankings(_rows(), cs, {"r": {}})  # no oracle: TPR at equal KL ranks, higher first
     assert r.higher and r.key.startswith("TPR") and "no oracle" in r.rule
+
+
+def test_the_advice_names_a_regime_where_no_scheme_is_ranked():
+    """Every scheme of a regime out of the quality bound: no rank, and the advice says so instead of failing."""
+    cs = [_curve("a", Estimate(16, 12, 20, n=24), logppl=3.0), _curve("b", Estimate(20, 16, 24, n=24), logppl=3.5)]
+    (r,) = rankings(_rows(), cs, {"r": {"logppl": Estimate(2.0, 1.9, 2.1)}})
+    assert all(x.group is None for x in r.rows)
+    advice = which_to_use([r], "a")
+    assert advice.startswith("**r**: no scheme is ranked") and "the default a is not ranked" in advice

@@ -336,10 +336,12 @@ def which_to_use(rs: list[Ranking], default: str) -> str:
         if not r.rows:
             continue
         first = [x for x in r.rows if x.group == 1]
-        fig = first[0].figures[r.key]
         what = "tokens to detect" if not r.higher else "TPR"
-        lead = (f"{' = '.join(x.scheme for x in first)} "
-                f"({_cell(fig, r.key)} {what}{', tied' if len(first) > 1 else ''})")
+        if first:
+            lead = (f"{' = '.join(x.scheme for x in first)} "
+                    f"({_cell(first[0].figures[r.key], r.key)} {what}{', tied' if len(first) > 1 else ''})")
+        else:  # rows, none ranked (e.g. no setting within the quality bound)
+            lead = f"no scheme is ranked ({what} not measured within the quality bound)"
         s = f"**{r.regime}**: {lead}"
         rob = [(np.mean([e.mean for e in x.figures['TPR after edits'] if e.ok]), x.scheme) for x in r.rows
                if x.figures.get("TPR after edits") and any(e.ok for e in x.figures["TPR after edits"])]
@@ -353,7 +355,8 @@ def which_to_use(rs: list[Ranking], default: str) -> str:
             s += f"; {name} keeps samples most diverse ({v:.2f}" + (f" vs {ref.mean:.2f} unwatermarked)" if ref else ")")
         mine = next((x for x in r.rows if x.scheme == default), None)
         if mine is not None:
-            s += f"; the default {default} is in group {mine.group} ({_cell(mine.figures[r.key], r.key)})"
+            s += (f"; the default {default} is in group {mine.group} ({_cell(mine.figures[r.key], r.key)})"
+                  if mine.group is not None else f"; the default {default} is not ranked")
         lines.append(s + ".")
     if lines and not any(x.scheme == default for r in rs for x in r.rows):
         lines.append(f"The default, {default}, is not on this board.")
