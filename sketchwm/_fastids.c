@@ -425,12 +425,12 @@ static PyObject *distinct_sums(PyObject *self, PyObject *args) {
         return NULL;
     int rc = 0;
     if (bid.len != B * N * 8 || bva.len != B * N || btab.len != (V + 1) * K || bkeep.len != V + 1 ||
-        bT.len != B * K * 8 || bn.len != B * 8 || K < 1 || K > 4096) {
+        bT.len != B * K * 8 || bn.len != B * 8 || K < 1 || K > 4096 || B >= 2147483647) {
         PyErr_SetString(PyExc_ValueError, "distinct_sums: wrong buffer sizes");
         rc = 1;
     } else {
         Py_BEGIN_ALLOW_THREADS
-        int64_t *stamp = (int64_t *)malloc(sizeof(int64_t) * (size_t)(V + 1));
+        int32_t *stamp = (int32_t *)malloc(sizeof(int32_t) * (size_t)(V + 1));  /* half the cache of int64 */
         int32_t *acc = (int32_t *)malloc(sizeof(int32_t) * (size_t)K);
         if (stamp == NULL || acc == NULL) {
             rc = 3;
@@ -446,8 +446,8 @@ static PyObject *distinct_sums(PyObject *self, PyObject *args) {
                 for (Py_ssize_t j = 0; j < N; j++) {
                     if (!valid[b * N + j]) continue;
                     int64_t v = ids[b * N + j];
-                    if (v < 0 || v >= V || stamp[v] == b) continue;
-                    stamp[v] = b;
+                    if (v < 0 || v >= V || stamp[v] == (int32_t)b) continue;
+                    stamp[v] = (int32_t)b;
                     const int8_t *row = tab + v * K;
                     for (Py_ssize_t k = 0; k < K; k++) acc[k] += row[k];
                     kept += keep[v];

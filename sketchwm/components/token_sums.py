@@ -186,7 +186,7 @@ def _distinct_table_sums_c(ids: torch.Tensor, valid: torch.Tensor, values: torch
     B, N = ids.shape
     V1, K = values.shape
     ids_c = ids.contiguous().numpy().astype(np.int64, copy=False)
-    valid_c = np.ascontiguousarray(valid.numpy(), dtype=np.uint8)
+    valid_c = np.ascontiguousarray(valid.numpy()).view(np.uint8)  # bool as uint8, no copy
     T, n = np.empty((B, K), np.int64), np.empty(B, np.int64)
     tab, kp = values.contiguous().numpy(), np.ascontiguousarray(keep.to(torch.int8).numpy())
 
