@@ -109,7 +109,8 @@ def binomial_logsf(k: torch.Tensor, n: torch.Tensor, p: float) -> torch.Tensor:
     """Exact log P(X >= k) for X ~ Binomial(n, p) (the one-sided binomial test of a green count;
     Kirchenbauer et al. 2023 use its normal approximation, the z-score).
 
-    Source: the binomial survival function, ``scipy.stats.binom.logsf(k − 1, n, p)``.
+    Source: the binomial survival function P(X > k − 1), ``scipy.special.bdtrc`` (what
+    ``scipy.stats.binom.sf`` evaluates), in log.
 
     Args:
         k: observed successes, int or float tensor of any shape (B,).
@@ -124,9 +125,13 @@ def binomial_logsf(k: torch.Tensor, n: torch.Tensor, p: float) -> torch.Tensor:
     """
     check_alpha(p, "p")
     nn = _np(n, "n")
-    from scipy import stats
+    from scipy.special import bdtrc  # P(X > j): scipy.stats' binom.sf, without importing scipy.stats
 
-    return _log_p(stats.binom.logsf(_np(k, "k") - 1.0, nn, p), nn, k)
+    kk = _np(k, "k")
+    with np.errstate(divide="ignore"):
+        j = np.maximum(np.ceil(kk) - 1.0, 0.0).astype(np.int64)  # P(X >= k) = P(X > ⌈k⌉ − 1), integer args
+        logsf = np.where(kk <= 0, 0.0, np.log(bdtrc(j, np.rint(nn).astype(np.int64), p)))
+    return _log_p(logsf, nn, k)
 
 
 def hypergeom_logsf(k: torch.Tensor, population: int, successes: int, draws: torch.Tensor) -> torch.Tensor:
@@ -161,7 +166,8 @@ def gamma_logsf(s: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     """Exact log P(S >= s) for S ~ Gamma(n, 1), the sum of n iid Exp(1) (Aaronson's Gumbel watermark
     statistic Σ −log(1 − r_x); Fernandez et al. 2023, "Three bricks", Prop. 1).
 
-    Source: ``scipy.stats.gamma.logsf(s, n)``.
+    Source: the regularised upper incomplete gamma function Q(n, s), ``scipy.special.gammaincc``
+    (what ``scipy.stats.gamma.sf`` evaluates), in log.
 
     Args:
         s: (B,) observed sums; n: (B,) number of terms (0 gives p = 1).
@@ -173,9 +179,11 @@ def gamma_logsf(s: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
         InputError: NaN in s or n.
     """
     nn = _np(n, "n")
-    from scipy import stats
+    from scipy.special import gammaincc  # Q(n, s) = P(S >= s): scipy.stats' gamma.sf, without scipy.stats
 
-    return _log_p(stats.gamma.logsf(_np(s, "s"), np.maximum(nn, 1.0)), nn, s)
+    with np.errstate(divide="ignore"):
+        logsf = np.log(gammaincc(np.maximum(nn, 1.0), np.maximum(_np(s, "s"), 0.0)))
+    return _log_p(logsf, nn, s)
 
 
 def normal_sf(z: torch.Tensor, loc: float = 0.0) -> torch.Tensor:
@@ -205,14 +213,16 @@ def normal_sf(z: torch.Tensor, loc: float = 0.0) -> torch.Tensor:
 
 
 def normal_isf(alpha: float) -> float:
-    """Φ⁻¹(1 − α), the upper α-quantile of N(0, 1) (``scipy.stats.norm.isf``).
+    """Φ⁻¹(1 − α), the upper α-quantile of N(0, 1) (``scipy.special.ndtri(1 − α)`` written as
+    −ndtri(α), exact in the far tail; what ``scipy.stats.norm.isf`` returns, without importing
+    scipy.stats).
 
     Raises:
         InputError: α outside (0, 1).
     """
-    from scipy import stats
+    from scipy.special import ndtri
 
-    return float(stats.norm.isf(check_alpha(alpha)))
+    return float(-ndtri(check_alpha(alpha)))
 
 
 # ============================================================================ Rademacher sums

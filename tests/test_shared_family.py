@@ -144,3 +144,29 @@ def test_a_mixture_forgery_is_refused_and_a_member_forgery_is_not(tiny):
         flagged[label] = float((scheme.score_ids(ids, torch.ones_like(ids, dtype=torch.bool)).p_value <= 0.01)
                                .double().mean())
     assert flagged["mixture"] <= 0.05 and flagged["member"] >= 0.9, flagged
+
+
+def test_the_bernstein_shortcut_only_replaces_family_pvalues_of_one():
+    """Texts from key-independent to strongly boosted (member 0's 200 most boosted tokens planted at
+    0-40%): the reported member p-value is never below the exact one, the family p-value differs from
+    the exact family p-value only where it reports 1 and the exact one is at least 0.25, and some
+    texts take the shortcut."""
+    V = 900
+    fam = _shared(V, WatermarkKey(b"\x21" * 32), members=16, decoys=0, spread="normal")
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(0, V, (800, 120), generator=g)
+    top = torch.argsort(fam.member_token_weights()[0], descending=True)[:200]
+    plant = torch.rand(800, 120, generator=g) < torch.linspace(0, 0.4, 800)[:, None]
+    ids = torch.where(plant, top[torch.randint(0, 200, (800, 120), generator=g)], ids)
+    valid = torch.arange(120)[None] < torch.randint(30, 121, (800, 1), generator=g)
+    p_exact, _, _, _, best = fam.shared_stats.scores(ids, valid, every=True)
+    p_fast, _, _, _, best_fast = fam.shared_stats.scores(ids, valid)
+    assert torch.equal(best, best_fast)
+    cols = torch.arange(800)
+    exact, fast = p_exact[best, cols], p_fast[best, cols]
+    assert bool((fast >= exact - 1e-15).all())
+    fam_exact, fam_fast = (16 * exact).clamp(max=1.0), (16 * fast).clamp(max=1.0)
+    differ = (fam_fast - fam_exact).abs() > 1e-12
+    assert 0 < int(differ.sum()) < 800
+    assert bool((fam_fast[differ] == 1.0).all()) and float(fam_exact[differ].min()) >= 0.25
+    assert int((fam_exact <= 0.01).sum()) > 50  # the planted texts are detected

@@ -59,8 +59,11 @@ Given a text's integer sketch H = Φᵀx, the T_i = ⟨u^{(i)}, H⟩ are i.i.d. 
 spread test's model. Embedding tilts each text along its own member's u in the one batched step of
 a single key (:meth:`GlobalSketchScheme.use_directions`: eq. 5's expected sketch does not depend on
 u); detection reads all K + M weights c_i(v) of each distinct token in one pass
-(:func:`sketchwm.components.distinct_token_sums` with K + M columns) and each member's exact
-background tail. The cost of a family is then about that of one key, where separate hashes cost K + M.
+(:func:`sketchwm.components.distinct_token_sums` with K + M columns) and the exact background tail
+of the member of largest z (any data-chosen member keeps min(1, K·p) valid), computed only where
+Bernstein's bound on that tail leaves K·p below 4: elsewhere the family p-value is 1
+(:mod:`sketchwm_builtin.shared_family`). The cost of a family is then about that of one key, where
+separate hashes cost K + M.
 """
 
 from __future__ import annotations
