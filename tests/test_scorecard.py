@@ -226,3 +226,13 @@ def test_scorecard_command_comes_from_the_harness_plugin(capsys, tmp_path, monke
     assert exc.value.code == 0 and "--quick" in capsys.readouterr().out
     assert main(["scorecard", "--quick", "--only", "nonsense"]) == 2
     assert "unknown promise" in capsys.readouterr().err
+
+
+def test_the_user_loop_line_comes_with_the_engine_in_the_same_regime(broken):
+    """Beside the user loop's TPR, the engine's in the same regime on the same prompts, as an INFO reference."""
+    card, _ = broken
+    loop = [ln for ln in card.lines if ln.promise.startswith("user loop")]
+    assert [ln.promise.split(":")[1].split(",")[0].strip() for ln in loop] == [
+        "LogitsTilter in a LLaDA-style loop", "the engine in the same regime (reference)"]
+    ref = loop[1]
+    assert ref.status == "INFO" and ref.n == loop[0].n and 0.0 <= ref.figure <= 1.0

@@ -445,6 +445,23 @@ def user_loop(run: Run) -> list[Line]:
         ids += be.encode([be.decode(x) for x in gen])
     x, valid = pad_ids(ids)
     p = scheme.score_ids(x.to(scheme.device), valid.to(scheme.device)).p_value.double().cpu().numpy()
-    return [_rate_line("user loop: LogitsTilter in a LLaDA-style loop, T=1, TPR at p <= 0.01",
-                       (np.nan_to_num(p, nan=1.0) <= 0.01).astype(float), 0.95, ">=", steps=steps, block=block)]
+    lines = [_rate_line("user loop: LogitsTilter in a LLaDA-style loop, T=1, TPR at p <= 0.01",
+                        (np.nan_to_num(p, nan=1.0) <= 0.01).astype(float), 0.95, ">=", steps=steps, block=block)]
+    # the engine in the same regime (blocks, low-confidence remasking, T = 1, same steps), on the same
+    # prompts: what the regime allows, so the line above reads as the loop's cost or the regime's
+    from ..engine import MaskedDiffusionSampler
+
+    cfg = {**be.sampler_defaults, "gen_length": t.length, "block_length": block, "steps": steps,
+           "remasking": "low_confidence", "temperature": 1.0, "top_p": 1.0}
+    ge = torch.Generator().manual_seed(derive_seed(run.cfg.seed, "scorecard-userloop-engine") % 2**62)
+    eng: list[list[int]] = []
+    for i in range(0, len(prompts), run.cfg.batch_size):
+        out = MaskedDiffusionSampler(be, cfg, scheme).generate(prompts[i:i + run.cfg.batch_size], ge)
+        eng += out.token_lists()
+    x, valid = pad_ids(eng)
+    pe = scheme.score_ids(x.to(scheme.device), valid.to(scheme.device)).p_value.double().cpu().numpy()
+    lines.append(_rate_line("user loop: the engine in the same regime (reference), TPR at p <= 0.01",
+                            (np.nan_to_num(pe, nan=1.0) <= 0.01).astype(float), float("nan"), ">=",
+                            steps=steps, block=block))
+    return lines
 
