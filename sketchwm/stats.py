@@ -109,8 +109,7 @@ def binomial_logsf(k: torch.Tensor, n: torch.Tensor, p: float) -> torch.Tensor:
     """Exact log P(X >= k) for X ~ Binomial(n, p) (the one-sided binomial test of a green count;
     Kirchenbauer et al. 2023 use its normal approximation, the z-score).
 
-    Source: the binomial survival function P(X > k − 1), ``scipy.special.bdtrc`` (what
-    ``scipy.stats.binom.sf`` evaluates), in log.
+    Source: the binomial survival function P(X > k − 1), ``scipy.special.bdtrc`` (``binom.sf``).
 
     Args:
         k: observed successes, int or float tensor of any shape (B,).
@@ -166,8 +165,7 @@ def gamma_logsf(s: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     """Exact log P(S >= s) for S ~ Gamma(n, 1), the sum of n iid Exp(1) (Aaronson's Gumbel watermark
     statistic Σ −log(1 − r_x); Fernandez et al. 2023, "Three bricks", Prop. 1).
 
-    Source: the regularised upper incomplete gamma function Q(n, s), ``scipy.special.gammaincc``
-    (what ``scipy.stats.gamma.sf`` evaluates), in log.
+    Source: the regularised upper incomplete gamma function Q(n, s), ``scipy.special.gammaincc``.
 
     Args:
         s: (B,) observed sums; n: (B,) number of terms (0 gives p = 1).
@@ -213,9 +211,7 @@ def normal_sf(z: torch.Tensor, loc: float = 0.0) -> torch.Tensor:
 
 
 def normal_isf(alpha: float) -> float:
-    """Φ⁻¹(1 − α), the upper α-quantile of N(0, 1) (``scipy.special.ndtri(1 − α)`` written as
-    −ndtri(α), exact in the far tail; what ``scipy.stats.norm.isf`` returns, without importing
-    scipy.stats).
+    """Φ⁻¹(1 − α), the upper α-quantile of N(0, 1): −``scipy.special.ndtri``(α) (``scipy.stats.norm.isf``).
 
     Raises:
         InputError: α outside (0, 1).
