@@ -41,17 +41,19 @@ def _shared(V: int, key: WatermarkKey, members: int = 4, member: dict | None = N
                                  "members": members, "hashes": "shared", **params}, key, V)
 
 
-def test_members_and_decoys_are_direction_indices_of_one_key():
+@pytest.mark.parametrize("counting", ["presence", "capped"])
+def test_members_and_decoys_are_direction_indices_of_one_key(counting):
     """Every member's and decoy's z (and every member's exact p-value) equals that of the global sketch
-    under the shared key at direction index i (decoys: K + j)."""
+    under the shared key at direction index i (decoys: K + j), for the presence and the capped sketch."""
     V, key = 700, WatermarkKey(b"\x11" * 32)
-    fam = _shared(V, key, members=3, decoys=4)
+    sk = {"sketch": {"name": "count-sketch", "params": {"d": 4, "w": 256, "counting": counting, "exclude_top": 300}}}
+    fam = _shared(V, key, members=3, decoys=4, member=sk)
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, V, (12, 50), generator=g)
     valid = torch.rand(12, 50, generator=g) > 0.1
     p, z, z_decoy, n, _ = fam.shared_stats.scores(ids, valid, every=True)
     for i in range(3 + 4):
-        ref = GlobalSketchScheme({**UNIFORM, "direction_index": i}, key.subkey(SHARED_DOMAIN), V).score_ids(ids, valid)
+        ref = GlobalSketchScheme({**UNIFORM, **sk, "direction_index": i}, key.subkey(SHARED_DOMAIN), V).score_ids(ids, valid)
         got = z[i] if i < 3 else z_decoy[i - 3]
         assert torch.allclose(got, ref.z.double(), atol=1e-9), i
         if i < 3:

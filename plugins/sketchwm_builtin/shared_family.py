@@ -13,7 +13,7 @@ import torch
 
 from sketchwm.components import distinct_token_sums
 
-from .global_sketch.null import BackgroundNull
+from .global_sketch.null import BackgroundNull, length_moments
 
 __all__ = ["SharedMemberStats", "BERNSTEIN_SKIP"]
 
@@ -40,6 +40,7 @@ class SharedMemberStats:
         self._nulls: list[BackgroundNull] | None = None  # members then decoys, built on first detection
         self._table: torch.Tensor | None = None  # (V + 1, K + M) int8 weights c_i(v), row V = 0
         self._keep: torch.Tensor | None = None  # (V + 1,) int8 the sketch's kept tokens
+        self._term_bound = 0.0  # b of Bernstein's bound, set with the table
         self._moment_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # length → (K + M,) μ and σ²
 
     def method(self) -> str:
@@ -56,6 +57,8 @@ class SharedMemberStats:
             self._nulls = [BackgroundNull(sh.sketch, c[i], sh._log_pi, sh._log1m_pi, sh.params.null_dispersion,
                                           sh.device) for i in range(c.shape[0])]
             self._keep = sh.sketch.keep_table().to(torch.int8).cpu()  # (V + 1,)
+            # b of Bernstein's bound: the largest centred term |c_i(v)|·(the cap, for the capped sketch)
+            self._term_bound = float(c.abs().max()) * (sh.sketch.cap if sh.sketch.counting == "capped" else 1)
             pad = torch.zeros(1, c.shape[0], dtype=torch.int8, device=c.device)
             self._table = torch.cat([c.round().to(torch.int8).T, pad]).contiguous().cpu()  # |c| ≤ d ≤ 127
         return self._table, self._nulls
@@ -64,22 +67,17 @@ class SharedMemberStats:
         """Background-null mean and variance of every column's T (:meth:`BackgroundNull.moments`) for
         texts of ``lengths`` (B,) int64 tokens: (K + M, B) float64 each, one (b, V) × (V, K + M)
         product per batch of new lengths, cached per length."""
-        table, nulls = self.table()
+        table = self.table()[0]
         cache = self._moment_cache
         uniq, inverse = np.unique(lengths, return_inverse=True)
         todo = [int(n) for n in uniq.tolist() if int(n) not in cache]
-        if todo and self.shared.sketch.counting == "capped":  # the law of min(C, k): each null's own moments
-            mv = [null.moments(torch.tensor(todo)) for null in nulls]
-            for j, n in enumerate(todo):
-                cache[n] = (np.array([float(m[0][j]) for m in mv]), np.array([float(m[1][j]) for m in mv]))
-        elif todo:
-            c = table[:-1].to(torch.float64)  # (V, K + M)
-            l1m = self.shared._log1m_pi.cpu()
-            for i in range(0, len(todo), 256):
-                ks = torch.tensor(todo[i:i + 256], dtype=torch.float64)
-                q = -torch.expm1(ks[:, None] * l1m[None, :])  # (b, V)
-                mu, var = (q @ c).numpy(), ((q * (1 - q)) @ (c * c)).numpy()  # (b, K + M)
-                cache.update({n: (mu[j], var[j]) for j, n in enumerate(todo[i:i + 256])})
+        sh = self.shared
+        c = table[:-1].to(torch.float64) if todo else None  # (V, K + M), only when a length is new
+        for i in range(0, len(todo), 256):  # chunks of lengths: (chunk, V) float64 at a time
+            ks = torch.tensor(todo[i:i + 256], dtype=torch.float64)
+            mu, var = (m.numpy() for m in length_moments(ks, sh._log_pi.cpu(), sh._log1m_pi.cpu(), c, sh.sketch,
+                                                         sh.params.null_dispersion))  # (b, K + M) each
+            cache.update({n: (mu[j], var[j]) for j, n in enumerate(todo[i:i + 256])})
         if len(cache) > 65536:
             cache.clear()
         mu = np.stack([cache[int(n)][0] for n in uniq.tolist()], 1)[:, inverse.reshape(-1)]  # (K + M, B)
@@ -91,8 +89,7 @@ class SharedMemberStats:
         reads): exp(−x²/(2(σ² + b·x/3))) for x > 0, else 1, b = max_v |c_i(v)| (× the cap for the
         capped sketch) bounding each centred term (Boucheron, Lugosi & Massart 2013, §2.8). (B,) → (B,)
         float64, an upper bound on the exact tail."""
-        table = self.table()[0]
-        b = float(table.abs().max()) * (self.shared.sketch.cap if self.shared.sketch.counting == "capped" else 1)
+        b = self._term_bound
         x = zs * np.sqrt(np.maximum(var, 0.0))
         with np.errstate(divide="ignore", invalid="ignore"):
             e = np.exp(-np.square(x) / (2.0 * (np.maximum(var, 1e-12) + b * x / 3.0)))
@@ -109,7 +106,12 @@ class SharedMemberStats:
         """
         table, nulls = self.table()
         ids, lengths = self.shared.sketch.check_ids(ids.cpu(), valid.cpu())
-        T, n_d = distinct_token_sums(ids, valid.cpu(), table, self._keep)  # (B, K + M), (B,)
+        if self.shared.sketch.counting == "capped":  # T = Σ_v c_i(v) min(c_v, k): the first k copies of each id
+            tok, x = self.shared.sketch.sparse_weights(ids, valid.cpu())  # (B, N), (B, N)
+            T = (table.to(torch.float64)[tok] * x.double()[..., None]).sum(1).round().long()  # (B, K + M)
+            n_d = x.sum(1).round().long()
+        else:
+            T, n_d = distinct_token_sums(ids, valid.cpu(), table, self._keep)  # (B, K + M), (B,)
         K, Tn, ln = self.members, T.numpy().astype(np.float64).T, lengths.numpy()  # (K + M, B)
         mu, var = self._moments(ln)  # (K + M, B) each
         z = (Tn - mu) / np.sqrt(np.maximum(var, 1e-12))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -170,12 +171,7 @@ def distinct_token_sums(ids: torch.Tensor, valid: torch.Tensor, values: torch.Te
             T[i:i + r] = c.sum(1, dtype=acc_c)
             n[i:i + r] = k.sum(1, dtype=acc_k)
 
-    workers = max(1, min(torch.get_num_threads(), B // chunk))
-    if workers == 1:
-        run(0, B)
-    else:
-        bounds = [round(B * j / workers) for j in range(workers + 1)]
-        list(_thread_pool(workers).map(run, bounds[:-1], bounds[1:]))
+    _over_row_slices(B, chunk, run)
     return torch.from_numpy(T), torch.from_numpy(n)
 
 
@@ -193,9 +189,7 @@ def _distinct_table_sums_c(ids: torch.Tensor, valid: torch.Tensor, values: torch
     def run(lo: int, hi: int) -> None:  # the extension releases the GIL: row slices run on threads
         _distinct_sums(ids_c[lo:hi], valid_c[lo:hi], hi - lo, N, V1 - 1, tab, K, kp, T[lo:hi], n[lo:hi])
 
-    workers = max(1, min(torch.get_num_threads(), B // 256))
-    bounds = [round(B * j / workers) for j in range(workers + 1)]
-    list(_thread_pool(workers).map(run, bounds[:-1], bounds[1:])) if workers > 1 else run(0, B)
+    _over_row_slices(B, 256, run)
     return torch.from_numpy(T), torch.from_numpy(n)
 
 
@@ -212,6 +206,17 @@ def _distinct_token_sums_torch(ids: torch.Tensor, valid: torch.Tensor, values: t
 
 
 _POOL: ThreadPoolExecutor | None = None
+
+
+def _over_row_slices(B: int, min_rows: int, run: Callable[[int, int], None]) -> None:
+    """``run(lo, hi)`` over B rows: one call, or contiguous slices of at least ``min_rows`` rows shared
+    among ``torch.get_num_threads()`` threads (the work releases the GIL)."""
+    workers = max(1, min(torch.get_num_threads(), B // min_rows))
+    if workers == 1:
+        run(0, B)
+        return
+    bounds = [round(B * j / workers) for j in range(workers + 1)]
+    list(_thread_pool(workers).map(run, bounds[:-1], bounds[1:]))
 
 
 def _thread_pool(workers: int) -> ThreadPoolExecutor:

@@ -43,7 +43,7 @@ from sketchwm.errors import ConfigError
 from sketchwm.lattice_sum import capped_sum_tail
 from sketchwm.stats import LatticeTail, bernoulli_sum_tail, check_alpha
 
-__all__ = ["BackgroundNull", "capped_pmf", "resolve_null"]
+__all__ = ["BackgroundNull", "capped_pmf", "length_moments", "resolve_null"]
 
 
 def resolve_null(null: str, sketch: Any) -> str:
@@ -83,6 +83,21 @@ def capped_pmf(n: torch.Tensor, log_pi: torch.Tensor, log1m_pi: torch.Tensor, ca
     return torch.cat([pj, (1.0 - pj.sum(-1, keepdim=True)).clamp_min(0.0)], -1)  # P(C ≥ k) last
 
 
+def length_moments(ks: torch.Tensor, log_pi: torch.Tensor, log1m_pi: torch.Tensor, c: torch.Tensor, sketch: Any,
+                   dispersion: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Background-null mean and variance of T = Σ_v c(v) Y_v for texts of ``ks`` (b,) float64 tokens:
+    Y_v = 1[v present], q_v(n) = 1 − (1 − π_v)^n, or min(C_v, k) for the ``capped`` ``sketch``
+    (:func:`capped_pmf`); log π and log(1 − π) (V,) float64; c (V,) or (V, K) float64, one column per
+    key sharing the sketch → (b,) or (b, K) float64 each."""
+    if sketch.counting == "capped":  # Y_v = min(C_v, k), C_v ~ Binomial(n, π_v)
+        pmf = capped_pmf(ks, log_pi, log1m_pi, sketch.cap, dispersion)  # (b, V, k + 1)
+        j = torch.arange(pmf.shape[-1], dtype=torch.float64, device=pmf.device)
+        m1, m2 = pmf @ j, pmf @ (j * j)  # (b, V)
+        return m1 @ c, (m2 - m1 * m1) @ (c * c)
+    q = -torch.expm1(ks[:, None] * log1m_pi[None, :])  # (b, V)
+    return q @ c, (q * (1 - q)) @ (c * c)
+
+
 class BackgroundNull:
     """The background null of one key (module doc): moments, exact law, p-values and thresholds of T.
 
@@ -120,14 +135,7 @@ class BackgroundNull:
         todo = [int(k) for k in lengths.tolist() if int(k) not in cache]
         for i in range(0, len(todo), 256):  # chunks of lengths: (chunk, V) float64 at a time
             ks = torch.tensor(todo[i:i + 256], dtype=torch.float64, device=self.log1m_pi.device)
-            if self.sketch.counting == "capped":  # Y_v = min(C_v, k), C_v ~ Binomial(n, π_v)
-                pmf = self.capped_pmf(ks, self.log_pi, self.log1m_pi)  # (b, V, k + 1)
-                j = torch.arange(pmf.shape[-1], dtype=torch.float64, device=pmf.device)
-                m1, m2 = pmf @ j, pmf @ (j * j)  # (b, V)
-                mu, var = m1 @ c, (m2 - m1 * m1) @ (c * c)
-            else:
-                q = -torch.expm1(ks[:, None] * self.log1m_pi[None, :])  # (b, V)
-                mu, var = q @ c, (q * (1 - q)) @ (c * c)
+            mu, var = length_moments(ks, self.log_pi, self.log1m_pi, c, self.sketch, self.dispersion)
             cache.update({k: (float(m), float(s)) for k, m, s in zip(todo[i:i + 256], mu.tolist(), var.tolist())})
         if len(cache) > 65536:  # bound the cache (lengths are at most a few thousand in practice)
             cache.clear()
