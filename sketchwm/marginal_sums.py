@@ -159,7 +159,7 @@ def masked_marginal_sums(logits: torch.Tensor, valid: torch.Tensor, eps: float =
     return MarginalSums(mass, out, torch.arange(V, device=dev), None, torch.zeros(B, R, dtype=dt, device=dev), 0.0, True)
 
 
-def row_logsumexp(logits: torch.Tensor, chunk_elements: int = LSE_CHUNK_ELEMENTS) -> torch.Tensor:
+def row_logsumexp(logits: torch.Tensor, chunk_elements: int = LSE_CHUNK_ELEMENTS, ref: int | None = None) -> torch.Tensor:
     """log Σ_v exp(logits[..., v]) of every row, (..., V) → (...), equal to ``torch.logsumexp(logits, -1)``
     up to float rounding (a few ulps of the result).
 
@@ -169,7 +169,8 @@ def row_logsumexp(logits: torch.Tensor, chunk_elements: int = LSE_CHUNK_ELEMENTS
     no row bans, in practice); a row whose entry j is not finite is computed by ``torch.logsumexp``.
     One fused pass per block: ``torch.logsumexp`` writes two temporaries of the input's size, and a
     loop of small reductions per block pays the thread pool's start-up on every op, which a loaded
-    machine multiplies. Elsewhere ``torch.logsumexp``.
+    machine multiplies. Elsewhere ``torch.logsumexp``. ``ref``: j given by the caller (a subset of a
+    larger tensor's rows then gets the values the whole tensor's call gives them).
     """
     V = logits.shape[-1]
     flat = logits.reshape(-1, V)
@@ -177,7 +178,7 @@ def row_logsumexp(logits: torch.Tensor, chunk_elements: int = LSE_CHUNK_ELEMENTS
     if n == 0 or logits.device.type != "cpu":
         return torch.logsumexp(logits, -1)
     step = max(1, min(n, chunk_elements // max(1, V)))
-    j = int(flat[0].argmax())
+    j = int(flat[0].argmax()) if ref is None else ref
     out = torch.empty(n, dtype=logits.dtype, device=logits.device)
     buf = torch.empty(step, V, dtype=logits.dtype, device=logits.device)
     for a in range(0, n, step):  # blocks of whole rows

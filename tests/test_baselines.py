@@ -15,7 +15,7 @@ import pytest
 import torch
 from scipy import stats
 
-from sketchwm.components import DenoiseStep, Marginals
+from sketchwm.components import DenoiseStep, MarginalReads, Marginals
 from sketchwm.keys import WatermarkKey
 from sketchwm.registry import get_registry
 from sketchwm_baselines.context import first_occurrence
@@ -168,6 +168,29 @@ def test_red_green_dlm_packed_rows_equal_full_rows(context):
         m = Marginals.select(logits, step.masked, pos, ok, reads)
         m.logits[~m.valid] = 7.0  # padding rows: unspecified
         assert torch.allclose(want, rg.process_logits(dataclasses.replace(step, marginals=m)), atol=1e-6)
+
+
+@pytest.mark.parametrize("context", [[-1], [-1, 1], [1], [-2, 2]])
+def test_red_green_dlm_reads_only_the_rows_its_terms_need(context):
+    """The candidates (top-k and normaliser) computed on the rows the targets' terms of J read give
+    bit-for-bit the tilt that candidates on every held row give (every masked row held, targets
+    spread over the canvas, a text with one masked row)."""
+    rg = get_registry().create("scheme", "red-green-dlm", {"context": context, "top_k_context": 8, "top_k_token": 16}, _key(6), V)
+    step = _random_state(3, 24, seed=11)
+    step.masked[1, :] = False
+    step.masked[1, 5] = True
+    step.tokens[step.masked] = MASK
+    logits = step.marginals.logits.clone()
+    pos = torch.stack([step.masked[b].nonzero()[:, 0][torch.tensor([0, -1])] for b in range(3)])  # (B, 2)
+    ok = torch.ones_like(pos, dtype=torch.bool)
+    m = Marginals.select(logits, step.masked, pos, ok, MarginalReads.masked())
+    assert int(m.valid.sum()) > 2 * 3  # more rows held than the targets
+    got = rg.tilt(dataclasses.replace(step, marginals=m))
+    read = rg.read_positions(*rg.gradient_rows(pos, 24), 24)
+    assert not bool(read.gather(1, m.positions)[m.valid].all())  # some held rows are not read
+    rg.read_positions = lambda *a: None  # every held row's candidates
+    want = rg.tilt(dataclasses.replace(step, marginals=Marginals.select(logits, step.masked, pos, ok, MarginalReads.masked())))
+    assert torch.equal(got.index, want.index) and torch.equal(got.value, want.value)
 
 
 def test_red_green_dlm_gradient_matches_finite_difference():

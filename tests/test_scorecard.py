@@ -236,3 +236,30 @@ def test_the_user_loop_line_comes_with_the_engine_in_the_same_regime(broken):
         "LogitsTilter in a LLaDA-style loop", "the engine in the same regime (reference)"]
     ref = loop[1]
     assert ref.status == "INFO" and ref.n == loop[0].n and 0.0 <= ref.figure <= 1.0
+
+
+def test_a_run_of_some_promises_keeps_the_earlier_lines_of_the_others(tmp_path):
+    """``--only`` into a folder holding a scorecard of the same scheme and tier: the promises it ran are
+    replaced, the others' lines kept in promise order and marked with the run that measured them; a
+    scorecard of another scheme is not mixed in; a file that is not a scorecard is an error."""
+    from sketchwm.errors import InputError
+    from sketchwm.scorecard.run import Scorecard, promise_of
+
+    cfg = _config("global-sketch", _tier())
+    old = Scorecard(cfg, [Line("forgery: word thief, paste-in, N=50", 0.0, 0.0, 0.1, 24, 0.05, "<=", "rate", "PASS"),
+                          Line("null: worst of 3 keys, p <= 0.01, tiny", 0.01, n=40, threshold=0.02, status="PASS"),
+                          Line("user loop: LogitsTilter, TPR", 0.5, n=4, threshold=0.95, direction=">=", status="FAIL")],
+                    {"total": 1.0})
+    old.write(tmp_path)
+    new = Scorecard(cfg, [Line("null: worst of 3 keys, p <= 0.01, tiny", 0.0, n=40, threshold=0.02, status="PASS")],
+                    {"total": 2.0})
+    assert new.keep_earlier(tmp_path / "scorecard.json", {"null"}) == 2
+    assert [promise_of(ln.promise) for ln in new.lines] == ["forgery", "null", "user-loop"]
+    assert new.lines[1].figure == 0.0 and "earlier_run" not in new.lines[1].detail  # this run's null line
+    assert new.lines[0].detail["earlier_run"]["package_version"] and new.lines[0].threshold == 0.05
+    assert math.isnan(new.lines[2].lo) and not new.passed  # the kept FAIL still fails the card
+    other = Scorecard(_config("red-green-dlm", _tier()), [], {})
+    assert other.keep_earlier(tmp_path / "scorecard.json", {"null"}) == 0 and other.lines == []
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(InputError, match="not a scorecard"):
+        new.keep_earlier(tmp_path / "bad.json", {"null"})

@@ -180,8 +180,12 @@ class RedGreenDLMScheme(ContextGreenListScheme):
         w, t = torch.topk(q, k, dim=-1)  # (B, G, k)
         return self.expected_green_candidates(t, w, w, prompt_ids, prompt_mask)
 
-    def marginal_candidates(self, step: DenoiseStep) -> tuple[torch.Tensor, torch.Tensor]:
+    def marginal_candidates(self, step: DenoiseStep, read: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-k candidates of every position's distribution, from the packed rows of ``step.marginals``.
+
+        ``read``: None, or (B, G) bool, the positions whose candidates are wanted (:meth:`read_positions`);
+        the held rows elsewhere are left as their [MASK] point mass, and the top-k and normaliser run on
+        the wanted rows only (the same values there: each row's are its own).
 
         Returns:
             tokens (B, G, k) int64 and weights (B, G, k) float32, sorted by weight (k = the larger
@@ -193,20 +197,43 @@ class RedGreenDLMScheme(ContextGreenListScheme):
         m = step.marginals
         k = min(max(self.params.top_k_context, self.params.top_k_token), m.logits.shape[-1])
         x = m.logits.float()  # (B, R, V)
-        # softmax is monotone in the logits: the top-k of the logits, their probabilities from the row's
-        # log-normaliser (cache-blocked; no (B, R, V) softmax written)
-        top, t_m = torch.topk(x, k, dim=-1)  # (B, R, k)
-        w_m = (top - row_logsumexp(x)[..., None]).exp_()  # (B, R, k)
         B, G = step.tokens.shape
-        t = torch.zeros((B, G, k), dtype=torch.long, device=t_m.device)
-        w = torch.zeros((B, G, k), dtype=w_m.dtype, device=w_m.device)
+        t = torch.zeros((B, G, k), dtype=torch.long, device=x.device)
+        w = torch.zeros((B, G, k), dtype=x.dtype, device=x.device)
         t[..., 0] = step.tokens  # known positions: a point mass on their token
         w[..., 0] = 1.0
-        idx = m.positions[..., None].expand(-1, -1, k)  # (B, R, k)
-        keep = m.valid[..., None]  # padding rows point at known positions: leave those
-        t.scatter_(1, idx, torch.where(keep, t_m, torch.gather(t, 1, idx)))
-        w.scatter_(1, idx, torch.where(keep, w_m, torch.gather(w, 1, idx)))
+        keep = m.valid if read is None else m.valid & torch.gather(read, 1, m.positions)  # (B, R)
+        if read is None or bool(keep.all()):
+            # softmax is monotone in the logits: the top-k of the logits, their probabilities from the
+            # row's log-normaliser (cache-blocked; no (B, R, V) softmax written)
+            top, t_m = torch.topk(x, k, dim=-1)  # (B, R, k)
+            w_m = (top - row_logsumexp(x)[..., None]).exp_()  # (B, R, k)
+            idx = m.positions[..., None].expand(-1, -1, k)  # (B, R, k)
+            kept = keep[..., None]  # padding rows point at known positions: leave those
+            t.scatter_(1, idx, torch.where(kept, t_m, torch.gather(t, 1, idx)))
+            w.scatter_(1, idx, torch.where(kept, w_m, torch.gather(w, 1, idx)))
+            return t, w
+        b, r = keep.nonzero(as_tuple=True)  # the wanted rows, (n,) each
+        rows = x[b, r]  # (n, V)
+        top, t_m = torch.topk(rows, k, dim=-1)  # (n, k)
+        ref = int(x[0, 0].argmax()) if x.shape[1] else None  # the reference entry of the whole tensor's normaliser
+        w_m = (top - row_logsumexp(rows, ref=ref)[..., None]).exp_()  # (n, k)
+        pos = m.positions[b, r]  # (n,)
+        t[b, pos], w[b, pos] = t_m, w_m
         return t, w
+
+    def read_positions(self, rows: torch.Tensor, rows_valid: torch.Tensor, G: int) -> torch.Tensor:
+        """The positions whose candidates the terms of J at ``rows`` (B, R) int64 / ``rows_valid`` (B, R)
+        bool read (:meth:`expected_green_candidates`): each i itself and its contexts i + o, o ∈ O,
+        within [0, G) → (B, G) bool."""
+        at = torch.zeros((rows.shape[0], G), dtype=torch.bool, device=rows.device).scatter_(1, rows, rows_valid)
+        read = at.clone()
+        for o in self.params.context:  # the context of i is p = i + o: read[p] = at[p − o]
+            if o > 0:
+                read[:, o:] |= at[:, : G - o]
+            elif o < 0:
+                read[:, : G + o] |= at[:, -o:]
+        return read
 
     def candidate_gradient(self, step: DenoiseStep) -> tuple[torch.Tensor, torch.Tensor]:
         """∂J/∂p_i(v) on the candidates (:meth:`marginal_candidates`): tokens (B, G, k) int64 and
@@ -216,9 +243,9 @@ class RedGreenDLMScheme(ContextGreenListScheme):
         The gradient with respect to the context weights is the predictive bias, the one with
         respect to the token weights the expectation boost (``terms`` keeps one or both).
         """
-        t, w = self.marginal_candidates(step)  # (B, G, k)
-        terms = self.params.terms
         rows, rows_valid = self.gradient_rows(step.marginals.target_positions, step.masked.shape[1])
+        t, w = self.marginal_candidates(step, self.read_positions(rows, rows_valid, step.masked.shape[1]))  # (B, G, k)
+        terms = self.params.terms
         with torch.enable_grad():
             w_ctx = w.detach().requires_grad_(terms != "expectation-boost")
             w_tok = w.detach().requires_grad_(terms != "predictive-bias")

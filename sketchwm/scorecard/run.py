@@ -9,7 +9,9 @@ the null, speed and the user loop are measured with the same services
 (:class:`sketchwm.bench.inputs.Services`: same backend, keys, schemes, prompts).
 
 Outputs in ``<out>``: ``scorecard.json`` (config, lines, timing), ``scorecard.parquet`` (the lines as a
-long table) and ``scorecard.txt`` (the printed lines).
+long table) and ``scorecard.txt`` (the printed lines). A run of some promises (``only``) into a folder
+that holds a scorecard of the same scheme spec and tier keeps that scorecard's lines of the other
+promises, each marked with the version and commit that measured it (:meth:`Scorecard.keep_earlier`).
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from typing import Any, Callable, Iterator
 import pandas as pd
 
 from .config import ROBUSTNESS_EDITS, ScorecardConfig
+from ..errors import InputError
 from .lines import Line, format_line, judge
 from . import promises as P
 
-__all__ = ["bench_config", "run_scorecard", "Scorecard", "PROMISES"]
+__all__ = ["bench_config", "run_scorecard", "Scorecard", "PROMISES", "promise_of"]
 
 #: The promises in printed order: (name, function).
 PROMISES: tuple[tuple[str, Callable[[P.Run], list[Line]]], ...] = (
@@ -120,6 +123,43 @@ class Scorecard:
                 "package_version": __version__, "git_commit": git_commit(),
                 "lines": [ln.as_dict() for ln in self.lines]}
 
+    def keep_earlier(self, path: Path, ran: set[str]) -> int:
+        """Keep the lines of the promises this run did not run (``ran``) from an earlier scorecard of
+        the same scheme spec and tier at ``path``, in :data:`PROMISES` order, each marked in its
+        ``detail`` with the package version and commit that measured it (``earlier_run``). Returns the
+        number of lines kept: 0 when there is no such file, or it is of another scheme or tier (then
+        nothing is mixed).
+
+        Raises:
+            InputError: ``path`` exists but is not a scorecard JSON.
+        """
+        if not path.exists():
+            return 0
+        try:
+            old = json.loads(path.read_text())
+            same = old["scheme"] == self.cfg.scheme.model_dump(mode="json") and old["tier"] == self.cfg.tier.name
+            old_lines = old["lines"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise InputError(f"{path}: not a scorecard JSON ({e}); move it away or choose another --out") from None
+        if not same:
+            return 0
+        run_of = {"package_version": old.get("package_version"), "git_commit": old.get("git_commit")}
+        kept: dict[str, list[Line]] = {}
+        for d in old_lines:
+            name = promise_of(d["promise"])
+            if name is not None and name not in ran:
+                ln = Line(**{k: float("nan") if v is None and k in _FLOAT_FIELDS else v for k, v in d.items()})
+                ln.detail.setdefault("earlier_run", run_of)
+                kept.setdefault(name, []).append(ln)
+        mine: dict[str, list[Line]] = {}
+        for ln in self.lines:
+            mine.setdefault(promise_of(ln.promise) or "", []).append(ln)
+        self.lines = [ln for name, _fn in PROMISES for ln in mine.pop(name, []) + kept.get(name, [])] + \
+            [ln for rest in mine.values() for ln in rest]
+        for name in kept:
+            self.seconds.setdefault(f"{name} (earlier run)", float("nan"))
+        return sum(len(v) for v in kept.values())
+
     def write(self, out: Path) -> list[Path]:
         """``scorecard.json``, ``scorecard.parquet`` and ``scorecard.txt`` in ``out`` (atomic writes)."""
         from ..io import atomic_write
@@ -135,6 +175,17 @@ class Scorecard:
                  "scheme": self.cfg.scheme.name, "tier": self.cfg.tier.name} for ln in self.lines]
         pd.DataFrame(rows).to_parquet(paths[2], index=False)
         return paths
+
+
+#: the :class:`Line` fields that JSON writes as None when NaN
+_FLOAT_FIELDS = ("figure", "lo", "hi", "threshold", "gate_on_interval")
+
+
+def promise_of(line_promise: str) -> str | None:
+    """The :data:`PROMISES` name a printed line belongs to (``"forgery: word thief..."`` → ``forgery``,
+    ``"user loop: ..."`` → ``user-loop``), or None."""
+    head = line_promise.split(":", 1)[0].split(",", 1)[0].strip().replace(" ", "-")
+    return head if head in {name for name, _fn in PROMISES} else None
 
 
 def _wanted(cfg: ScorecardConfig, cell: Any, regime: str, is_default: bool, only: set[str] | None) -> bool:
@@ -213,5 +264,7 @@ def run_scorecard(cfg: ScorecardConfig, out: str | Path, *, registry: Any = None
         seconds[name] = time.perf_counter() - t1
     seconds["total"] = time.perf_counter() - t0
     card = Scorecard(cfg, lines, seconds)
+    if only is not None:
+        card.keep_earlier(out / "scorecard.json", only)
     card.write(out)
     return card
