@@ -50,6 +50,9 @@ class LogitsTilter:
         stop_at_eos: the texts end at the backend's first EOS, as the engine's ``stop_at_eos``
             (default): the expected sketch weights each position by the probability that it is
             still inside the text, and EOS is never tilted (see ``WatermarkScheme.set_stop_token``).
+        generator: the randomness a scheme draws per generation (the default's key-family member of
+            each text), or None (default) for fresh randomness from the OS at every generation; a
+            seeded ``torch.Generator`` makes a loop's watermarked texts reproducible.
 
     Raises:
         ConfigError: the scheme supplies the sampling noise (``noise == "keyed"``) and is no watermark
@@ -60,7 +63,8 @@ class LogitsTilter:
             temperature); vocabulary mismatch.
     """
 
-    def __init__(self, scheme: WatermarkScheme, backend: DLMBackend, steps: int, stop_at_eos: bool = True):
+    def __init__(self, scheme: WatermarkScheme, backend: DLMBackend, steps: int, stop_at_eos: bool = True,
+                 generator: torch.Generator | None = None):
         if scheme.noise != "sampler":
             if getattr(scheme, "noise_required", True):
                 raise ConfigError(f"scheme '{scheme.name}' replaces the sampling noise; "
@@ -77,7 +81,7 @@ class LogitsTilter:
         if int(steps) < 1:
             raise ConfigError(f"steps must be >= 1, got {steps}")
         self.scheme, self.backend, self.steps = scheme, backend, int(steps)
-        self.stop_at_eos = bool(stop_at_eos)
+        self.stop_at_eos, self.generator = bool(stop_at_eos), generator
         V = backend.vocab_size
         ids = sorted(set(backend.banned_token_ids) | {backend.mask_token_id})
         self._banned = torch.tensor([i for i in ids if i < V], dtype=torch.long)
@@ -156,6 +160,7 @@ class LogitsTilter:
             step=step, total_steps=self.steps, tokens=gen, masked=masked,
             marginals=Marginals.canvas(out[:, P:].contiguous(), masked), prompt_ids=self._prompt_ids,
             prompt_mask=self._prompt_mask, block=block or (0, G), mask_token_id=self.backend.mask_token_id,
+            generator=self.generator,
         )
         out[:, P:] = self.scheme.process_logits(state)
         return out

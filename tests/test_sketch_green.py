@@ -398,3 +398,23 @@ def test_keyed_channel_scores_the_sketchs_kept_tokens_only(tmp_path):
         pairs = {(int(ids[b, i - 1]), int(ids[b, i])) for i in range(1, ids.shape[1]) if int(ids[b, i]) >= 25}
         assert int(k_kept.n_scored[b]) == len(pairs)
     assert int(k_kept.n_scored[0]) == 0 and int(k_all.n_scored[0]) > 0
+
+
+def test_user_loop_draws_its_members_from_a_given_generator(tiny):
+    """``LogitsTilter(generator=...)``: the default's key-family member of each text is drawn from it, so
+    two loops seeded alike tilt alike and draw the same members; without one the draw is fresh."""
+    from sketchwm.userloop import LogitsTilter
+
+    def tilted(seed):
+        scheme = get_registry().create("scheme", "global-sketch-green", {"sketch": {"prior": {"source": "uniform"}}},
+                                       _key(13), tiny.vocab_size)
+        tilt = LogitsTilter(scheme, tiny, steps=4, generator=None if seed is None else torch.Generator().manual_seed(seed))
+        g = torch.Generator().manual_seed(0)
+        x = torch.cat([torch.randint(5, tiny.vocab_size, (6, 3), generator=g),
+                       torch.full((6, 8), tiny.mask_token_id)], 1)  # (B, P + G): 6 texts, 8 masked positions
+        logits = torch.randn(6, 11, tiny.vocab_size, generator=g)
+        return tilt(logits, x), scheme.sketch_channel.drawn.clone()
+
+    (a, da), (b, db), (_, dc) = tilted(5), tilted(5), tilted(6)
+    assert torch.equal(a, b) and torch.equal(da, db)
+    assert not torch.equal(da, dc)  # another seed draws other members (16 members, 6 texts)

@@ -432,7 +432,8 @@ def user_loop(run: Run) -> list[Line]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
-            tilt = LogitsTilter(scheme, be, steps=steps)
+            tilt = LogitsTilter(scheme, be, steps=steps,  # the per-text draws (family members) seeded too
+                                generator=torch.Generator().manual_seed(derive_seed(run.cfg.seed, "scorecard-userloop-draws") % 2**62))
     except Exception as exc:  # noqa: BLE001 - a scheme a hook cannot run: the line says so
         return [Line(f"user loop: LogitsTilter refuses the scheme ({type(exc).__name__})", float("nan"), n=0,
                      threshold=0.95, direction=">=", unit="rate", detail={"error": str(exc)})]
