@@ -68,8 +68,9 @@ class RunningSums:
 
     def rows_at(self, positions: torch.Tensor) -> torch.Tensor:
         """The last complete step's logits at positions (B, n) int64 (masked then) → (B, n, V)."""
-        rows = torch.gather(self.row_of, 1, positions)
-        return torch.gather(self.logits, 1, rows[..., None].expand(-1, -1, self.logits.shape[-1]))
+        rows = torch.gather(self.row_of, 1, positions)  # (B, n)
+        batch = torch.arange(rows.shape[0], device=rows.device)[:, None]  # (B, 1)
+        return self.logits[batch, rows]  # whole rows copied: no (B, n, V) index tensor, as a gather would need
 
     def complete(self, marginals: Marginals, masked: torch.Tensor) -> Marginals:
         """Every masked row: the held ones, with the fresh rows of the incomplete ``marginals`` (the
