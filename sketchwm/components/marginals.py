@@ -224,13 +224,11 @@ class Marginals:
         """Per-row values (B, R, ...) at the targets: (B, K, ...) (``x`` itself when the rows are the targets)."""
         if self.rows_are_targets:
             return x
-        idx = self.targets.reshape(self.targets.shape + (1,) * (x.dim() - 2)).expand(-1, -1, *x.shape[2:])
-        return torch.gather(x, 1, idx)
+        return _rows(x, self.targets)
 
     def at_targets(self, x: torch.Tensor) -> torch.Tensor:
         """Per-position values (B, G, ...) of the generation region at the targets: (B, K, ...)."""
-        pos = self.target_positions
-        return torch.gather(x, 1, pos.reshape(pos.shape + (1,) * (x.dim() - 2)).expand(-1, -1, *x.shape[2:]))
+        return _rows(x, self.target_positions)
 
     def target_logits(self) -> torch.Tensor:
         """(B, K, V) float32, the targets' logits, a tensor the caller may modify in place: ``out``
@@ -239,6 +237,14 @@ class Marginals:
         if self.out is not None:
             return self.out.copy_(self.at_target_rows(self.logits))
         return self.at_target_rows(self.logits)
+
+
+def _rows(x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """x[b, index[b, k]] for x (B, R, ...) and index (B, K) int64 → (B, K, ...), a new tensor: whole rows
+    copied by row index (a gather along dim 1 would first build a (B, K, ...) index tensor)."""
+    if x.dim() == 2:
+        return torch.gather(x, 1, index)
+    return x[torch.arange(x.shape[0], device=x.device)[:, None], index]
 
 
 @dataclass
