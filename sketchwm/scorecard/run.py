@@ -156,8 +156,8 @@ class Scorecard:
             mine.setdefault(promise_of(ln.promise) or "", []).append(ln)
         self.lines = [ln for name, _fn in PROMISES for ln in mine.pop(name, []) + kept.get(name, [])] + \
             [ln for rest in mine.values() for ln in rest]
-        for name in kept:
-            self.seconds.setdefault(f"{name} (earlier run)", float("nan"))
+        for name in kept:  # the earlier run's seconds for the promise, when it recorded them
+            self.seconds.setdefault(f"{name} (earlier run)", (old.get("seconds") or {}).get(name))
         return sum(len(v) for v in kept.values())
 
     def write(self, out: Path) -> list[Path]:
