@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{section:20s} {command}")
         return 0
     if a.suite:
+        if a.section is not None:  # e.g. "--only a b": a second name would otherwise be dropped silently
+            print(f"publish.py: --suite takes no SECTION (got '{a.section}'); give --only a,b", file=sys.stderr)
+            return 2
         split = lambda s: {x for x in s.split(",") if x}  # noqa: E731
         return run_suite(split(a.only), split(a.skip), a.readme, a.tail)
     if a.section is None or cut == len(argv):

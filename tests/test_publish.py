@@ -74,6 +74,8 @@ def test_suite_names_its_sections():
     assert not missing, f"benchmarks/README.md has no section for {missing}"
     with pytest.raises(SystemExit, match="unknown section"):
         mod.run_suite({"no-such-benchmark"}, set(), str(Path("unused.md")), 40)
+    # a second name after --only, space-separated, is refused rather than dropped (nothing runs)
+    assert mod.main(["--suite", "--only", "perf-generate", "perf-generate-low-confidence"]) == 2
 
 
 def _bench(tokens_per_s: float, ratio: float) -> list[str]:
