@@ -187,7 +187,7 @@ def test_red_green_dlm_reads_only_the_rows_its_terms_need(context):
     assert int(m.valid.sum()) > 2 * 3  # more rows held than the targets
     got = rg.tilt(dataclasses.replace(step, marginals=m))
     read = rg.read_positions(*rg.gradient_rows(pos, 24), 24)
-    assert not bool(read.gather(1, m.positions)[m.valid].all())  # some held rows are not read
+    assert 2 * int(read.gather(1, m.positions)[m.valid].sum()) <= int(m.valid.sum())  # the rows-read path runs
     rg.read_positions = lambda *a: None  # every held row's candidates
     want = rg.tilt(dataclasses.replace(step, marginals=Marginals.select(logits, step.masked, pos, ok, MarginalReads.masked())))
     assert torch.equal(got.index, want.index) and torch.equal(got.value, want.value)

@@ -183,9 +183,10 @@ class RedGreenDLMScheme(ContextGreenListScheme):
     def marginal_candidates(self, step: DenoiseStep, read: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Top-k candidates of every position's distribution, from the packed rows of ``step.marginals``.
 
-        ``read``: None, or (B, G) bool, the positions whose candidates are wanted (:meth:`read_positions`);
-        the held rows elsewhere are left as their [MASK] point mass, and the top-k and normaliser run on
-        the wanted rows only (the same values there: each row's are its own).
+        ``read``: None, or (B, G) bool, the positions whose candidates are wanted (:meth:`read_positions`).
+        Where they are at most half of the held rows, the top-k and normaliser run on those rows only
+        (copied out; the same values there, each row's are its own) and the other held rows are left as
+        their [MASK] point mass; otherwise every held row is computed in place, as with None.
 
         Returns:
             tokens (B, G, k) int64 and weights (B, G, k) float32, sorted by weight (k = the larger
@@ -203,13 +204,14 @@ class RedGreenDLMScheme(ContextGreenListScheme):
         t[..., 0] = step.tokens  # known positions: a point mass on their token
         w[..., 0] = 1.0
         keep = m.valid if read is None else m.valid & torch.gather(read, 1, m.positions)  # (B, R)
-        if read is None or bool(keep.all()):
+        if read is None or 2 * int(keep.sum()) > int(m.valid.sum()):
+            # most held rows are read (every row is a target, as in a user's loop): every row, in place.
             # softmax is monotone in the logits: the top-k of the logits, their probabilities from the
             # row's log-normaliser (cache-blocked; no (B, R, V) softmax written)
             top, t_m = torch.topk(x, k, dim=-1)  # (B, R, k)
             w_m = (top - row_logsumexp(x)[..., None]).exp_()  # (B, R, k)
             idx = m.positions[..., None].expand(-1, -1, k)  # (B, R, k)
-            kept = keep[..., None]  # padding rows point at known positions: leave those
+            kept = m.valid[..., None]  # padding rows point at known positions: leave those
             t.scatter_(1, idx, torch.where(kept, t_m, torch.gather(t, 1, idx)))
             w.scatter_(1, idx, torch.where(kept, w_m, torch.gather(w, 1, idx)))
             return t, w
