@@ -63,6 +63,12 @@ class Line:
         """The line as JSON values (NaN as None)."""
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in asdict(self).items()}
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Line":
+        """The inverse of :meth:`as_dict`: None back to NaN in the float fields."""
+        floats = {"figure", "lo", "hi", "threshold", "gate_on_interval"}
+        return cls(**{k: float("nan") if v is None and k in floats else v for k, v in d.items()})
+
 
 def _meets(x: float, t: float, direction: str) -> bool:
     return x <= t if direction == "<=" else x >= t

@@ -148,7 +148,7 @@ class Scorecard:
         for d in old_lines:
             name = promise_of(d["promise"])
             if name is not None and name not in ran:
-                ln = Line(**{k: float("nan") if v is None and k in _FLOAT_FIELDS else v for k, v in d.items()})
+                ln = Line.from_dict(d)
                 ln.detail.setdefault("earlier_run", run_of)
                 kept.setdefault(name, []).append(ln)
         mine: dict[str, list[Line]] = {}
@@ -175,10 +175,6 @@ class Scorecard:
                  "scheme": self.cfg.scheme.name, "tier": self.cfg.tier.name} for ln in self.lines]
         pd.DataFrame(rows).to_parquet(paths[2], index=False)
         return paths
-
-
-#: the :class:`Line` fields that JSON writes as None when NaN
-_FLOAT_FIELDS = ("figure", "lo", "hi", "threshold", "gate_on_interval")
 
 
 def promise_of(line_promise: str) -> str | None:
