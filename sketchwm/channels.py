@@ -20,7 +20,7 @@ schemes that combine them by another rule (the key family of ``global-sketch-fam
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
 import numpy as np
@@ -31,7 +31,7 @@ from .errors import ConfigError
 from .multiple_testing import weighted_bonferroni
 from .stats import normal_isf
 
-__all__ = ["Tilt", "Tilting", "Channel", "ComposedScheme", "CombinedScheme", "union_reads"]
+__all__ = ["Tilt", "Tilting", "Channel", "ComposedScheme", "CombinedScheme", "channel_step", "union_reads"]
 
 _COUNT = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five"}
 
@@ -117,6 +117,17 @@ def union_reads(reads: Sequence[MarginalReads]) -> MarginalReads:
         return MarginalReads.masked(incremental=incremental, radius=radius)
     radii = [r.radius for r in reads if r.kind == "near"]
     return MarginalReads.near(max(radii)) if radii else MarginalReads.sampled()
+
+
+def channel_step(channel: Channel, step: DenoiseStep) -> DenoiseStep:
+    """The step as ``channel`` declared it reads it: between refreshes (incomplete marginals) a channel
+    whose reads are every masked row, incremental, with no radius of its own gets the target rows
+    alone (:meth:`Marginals.targets_only`), not the fresh neighbour rows that another channel's
+    ``near`` read added (:func:`union_reads`); any other channel gets ``step`` itself."""
+    r, m = channel.scheme.reads, step.marginals
+    if m.complete or m.rows_are_targets or not (r.kind == "masked" and r.incremental and r.radius == 0):
+        return step
+    return replace(step, marginals=m.targets_only())
 
 
 class ComposedScheme(WatermarkScheme):
@@ -218,15 +229,15 @@ class CombinedScheme(ComposedScheme):
         """
         rows, incs = self._one("rows"), [c for c in self.channels if c.acts == "increment"]
         early = rows is not None and not step.marginals.rows_are_targets and any(c.share is not None for c in incs)
-        base = rows.scheme.tilt(step) if early else None
+        base = rows.scheme.tilt(channel_step(rows, step)) if early else None
         increments = []
         for c in incs:
             share = c.share(base if base is not None else Tilt()) if early and c.share is not None else None
             if share is not None and not bool((share > 0).any()):
                 continue  # no text takes any of this increment at this step
-            increments.append((c, c.scheme.tilt(step), share))
+            increments.append((c, c.scheme.tilt(channel_step(c, step)), share))
         if not early:
-            base = rows.scheme.tilt(step) if rows is not None else None
+            base = rows.scheme.tilt(channel_step(rows, step)) if rows is not None else None
         logits = base.logits if base is not None else step.marginals.target_logits()  # (B, K, V)
         for c, inc, share in increments:
             if inc is not None:

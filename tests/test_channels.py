@@ -200,3 +200,33 @@ def test_between_refreshes_the_rows_within_the_radius_come_fresh():
     assert alone.positions[alone.valid].tolist() == [5]
     full = source.marginals(canvas, MarginalReads.masked(incremental=True, radius=2), targets, valid, step=0, refresh=True)
     assert full.complete and full.positions[full.valid].tolist() == list(range(1, G))
+
+
+def test_a_channel_reads_between_refreshes_what_it_declared_not_what_another_channel_added():
+    """Between refreshes a sketch-like channel (every masked row, incremental, no radius) gets the
+    targets alone, though a green-like channel's radius made the engine pass their neighbours fresh
+    too; the green-like channel gets those rows; a complete step reaches both unchanged."""
+    from sketchwm.channels import channel_step
+
+    class Reader:
+        def __init__(self, reads):
+            self.reads = reads
+
+    B, R, K, V = 2, 5, 2, 7
+    logits = torch.randn(B, R, V)
+    positions = torch.tensor([[3, 4, 5, 6, 7], [0, 1, 2, 8, 9]])
+    targets = torch.tensor([[2, 4], [1, 3]])  # rows of the targets
+    partial = Marginals(logits, positions, torch.ones(B, R, dtype=torch.bool), targets,
+                        torch.tensor([[True, True], [True, False]]), complete=False)
+    step = DenoiseStep(3, 8, torch.zeros(B, 10, dtype=torch.long), torch.ones(B, 10, dtype=torch.bool), partial,
+                       torch.zeros(B, 0, dtype=torch.long), torch.zeros(B, 0, dtype=torch.bool), (0, 10), 9)
+    sketch = Channel("sketch", Reader(MarginalReads.masked(incremental=True)), "rows", 0.5)
+    green = Channel("green", Reader(MarginalReads.near(2)), "increment", 0.5)
+    got = channel_step(sketch, step).marginals
+    assert got.rows_are_targets and not got.complete
+    assert got.positions.tolist() == [[5, 7], [1, 8]]
+    assert got.target_valid.tolist() == [[True, True], [True, False]]
+    assert torch.equal(got.logits, logits[torch.arange(B)[:, None], targets])
+    assert channel_step(green, step) is step
+    full = dataclasses.replace(step, marginals=dataclasses.replace(partial, complete=True))
+    assert channel_step(sketch, full) is full

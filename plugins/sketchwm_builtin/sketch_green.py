@@ -174,7 +174,7 @@ class SketchGreenScheme(CombinedScheme):
     """
 
     name = "global-sketch-green"
-    version = "3"  # bumped by every change of what a setting generates or detects
+    version = "4"  # bumped by every change of what a setting generates or detects
     Params = SketchGreenParams
     strength = Strength("scale", (0.25, 0.5, 1.0, 1.5, 2.0))  # s, both tilts' strengths; default 1
     noise_required = False

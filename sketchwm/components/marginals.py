@@ -226,6 +226,19 @@ class Marginals:
             return x
         return _rows(x, self.targets)
 
+    def targets_only(self) -> "Marginals":
+        """These marginals with the target rows alone (rows = targets, in order): what a scheme whose
+        declared reads are the targets between refreshes (``MarginalReads.masked(incremental=True)``
+        with radius 0) is given when the rows passed also hold fresh rows that another reader asked
+        for. ``self`` when the rows already are the targets; the logits of a copy otherwise.
+        ``complete`` is False on the result unless ``self`` has no rows beyond the targets."""
+        if self.rows_are_targets:
+            return self
+        K = self.targets.shape[1]
+        rows = torch.arange(K, device=self.targets.device).expand_as(self.targets)
+        return Marginals(self.at_target_rows(self.logits), self.target_positions, self.target_valid.clone(), rows,
+                         self.target_valid, self.out, False, self.incremental_follows)
+
     def at_targets(self, x: torch.Tensor) -> torch.Tensor:
         """Per-position values (B, G, ...) of the generation region at the targets: (B, K, ...)."""
         return _rows(x, self.target_positions)
