@@ -40,7 +40,7 @@ TEST_PARAMS: dict[str, dict] = {
     "kth-exp-edit": {"key_len": 32, "n_permutations": 99},  # p-value resolution 0.01; short key: fast DP
     "keyed-family": {"inner": {"name": "global-sketch-green", "params": {
         "sketch": {"prior": {"source": "uniform"}, "delta": 0.75, "coverage_full": 0.25, "marginals": "sampled"},
-        "sampling": "free"}}, "members": 4, "decoys": 8},  # a small family of the default's tilts
+        "sampling": "free", "family": {"members": 1}}}, "members": 4, "decoys": 8},  # a small family of the default's tilts (its inner default: one sketch key per member)
 }
 #: Bound on the median watermarked p-value (64 tokens, default strength).
 MEDIAN_P: dict[str, float] = {"kth-exp-edit": 1.5 / 100,  # permutation p-values cannot go below 1/(P+1)

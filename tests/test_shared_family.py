@@ -172,3 +172,29 @@ def test_the_bernstein_shortcut_only_replaces_family_pvalues_of_one():
     assert 0 < int(differ.sum()) < 800
     assert bool((fam_fast[differ] == 1.0).all()) and float(fam_exact[differ].min()) >= 0.25
     assert int((fam_exact <= 0.01).sum()) > 50  # the planted texts are detected
+
+
+def test_decoys_are_scored_only_where_the_family_pvalue_can_be_below_one():
+    """With decoys the family reads their columns only for texts whose Bonferroni family p-value is
+    below 1: the reported p-values equal those computed with every text's decoys (1 where the family
+    p-value is 1), the decoys' z of the other texts are the same, and texts at family p-value 1 are
+    given decoy z 0."""
+    V, K, M = 900, 16, 8
+    fam = _shared(V, WatermarkKey(b"\x23" * 32), members=K, decoys=M, spread="student")
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, V, (600, 120), generator=g)
+    top = torch.argsort(fam.member_token_weights()[0], descending=True)[:200]
+    plant = torch.rand(600, 120, generator=g) < torch.linspace(0, 0.4, 600)[:, None]
+    ids = torch.where(plant, top[torch.randint(0, 200, (600, 120), generator=g)], ids)
+    valid = torch.arange(120)[None] < torch.randint(30, 121, (600, 1), generator=g)
+    st = fam.shared_stats
+    p, z, zd_all, _, best = st.scores(ids, valid)
+    _, _, zd_lazy, _, best_lazy = st.scores(ids, valid, decoys_where_fam_below_one=True)
+    assert torch.equal(best, best_lazy)
+    below = (K * p[best, torch.arange(600)]) < 1.0
+    assert 0 < int(below.sum()) < 600  # both kinds of text occur
+    assert torch.equal(zd_lazy[:, below], zd_all[:, below]) and bool((zd_lazy[:, ~below] == 0).all())
+    want = family_pvalues(p, z, "bonferroni", True, "student", zd_all, best)[0]
+    got = fam.score_ids(ids, valid).p_value
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)  # the last bits of the spread's sums may differ
+    assert bool((got[~below] == 1.0).all())

@@ -222,7 +222,9 @@ def family_pvalues(p: torch.Tensor, z: torch.Tensor, correction: str = "bonferro
             ss = ss + np.square(zd - zd.mean(0)).sum(0)  # (B,) + the decoys' own spread
         nu = _dof(K, M)
         d = d / np.maximum(np.sqrt(ss / nu), 1.0)  # (B,) t_b: scaled by max(s, 1)
-        tail = stdtr(nu, -d)  # P(T_ν ≥ t_b)
+        tail = np.ones_like(d)  # P(T_ν ≥ t_b), needed where p_fam < 1 (elsewhere max(p_fam, ·) is 1)
+        need = p_fam < 1.0
+        tail[need] = stdtr(nu, -d[need])
     else:
         tail = ndtr(-d)  # 1 − Φ(d_b)
     if not spread_test:
@@ -400,7 +402,9 @@ class GlobalSketchFamilyScheme(ComposedScheme):
         """
         best = None  # per-member hashes: the member of smallest p
         if self.shared is not None:  # shared hashes: the member of largest z
-            p, z, z_decoy, n, best = self.shared_stats.scores(ids, valid)
+            # decoys only where the family p-value can be below 1 (the same p-values, bonferroni only)
+            p, z, z_decoy, n, best = self.shared_stats.scores(
+                ids, valid, decoys_where_fam_below_one=self.params.correction == "bonferroni")
             method = self.shared_stats.method()
         else:
             p, z, n, method = self.member_scores(ids, valid)

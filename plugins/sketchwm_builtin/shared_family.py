@@ -42,6 +42,7 @@ class SharedMemberStats:
         self._keep: torch.Tensor | None = None  # (V + 1,) int8 the sketch's kept tokens
         self._term_bound = 0.0  # b of Bernstein's bound, set with the table
         self._moment_cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # length → (K + M,) μ and σ²
+        self._split: tuple[torch.Tensor, torch.Tensor] | None = None  # the table's member and decoy columns
 
     def method(self) -> str:
         """The members' p-value method, for :class:`SchemeScores`."""
@@ -61,12 +62,14 @@ class SharedMemberStats:
             self._term_bound = float(c.abs().max()) * (sh.sketch.cap if sh.sketch.counting == "capped" else 1)
             pad = torch.zeros(1, c.shape[0], dtype=torch.int8, device=c.device)
             self._table = torch.cat([c.round().to(torch.int8).T, pad]).contiguous().cpu()  # |c| ≤ d ≤ 127
+            K = self.members
+            self._split = (self._table[:, :K].contiguous(), self._table[:, K:].contiguous())
         return self._table, self._nulls
 
-    def _moments(self, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Background-null mean and variance of every column's T (:meth:`BackgroundNull.moments`) for
-        texts of ``lengths`` (B,) int64 tokens: (K + M, B) float64 each, one (b, V) × (V, K + M)
-        product per batch of new lengths, cached per length."""
+    def _moments(self, lengths: np.ndarray, rows: slice = slice(None)) -> tuple[np.ndarray, np.ndarray]:
+        """Background-null mean and variance of the columns ``rows`` of T (:meth:`BackgroundNull.moments`;
+        default every column, K + M) for texts of ``lengths`` (B,) int64 tokens: (len(rows), B) float64
+        each, one (b, V) × (V, K + M) product per batch of new lengths, cached per length."""
         table = self.table()[0]
         cache = self._moment_cache
         uniq, inverse = np.unique(lengths, return_inverse=True)
@@ -80,8 +83,9 @@ class SharedMemberStats:
             cache.update({n: (mu[j], var[j]) for j, n in enumerate(todo[i:i + 256])})
         if len(cache) > 65536:
             cache.clear()
-        mu = np.stack([cache[int(n)][0] for n in uniq.tolist()], 1)[:, inverse.reshape(-1)]  # (K + M, B)
-        var = np.stack([cache[int(n)][1] for n in uniq.tolist()], 1)[:, inverse.reshape(-1)]
+        inverse = inverse.reshape(-1)
+        mu = np.stack([cache[int(n)][0][rows] for n in uniq.tolist()], 1)[:, inverse]  # (len(rows), B)
+        var = np.stack([cache[int(n)][1][rows] for n in uniq.tolist()], 1)[:, inverse]
         return mu, var
 
     def _bernstein(self, zs: np.ndarray, var: np.ndarray) -> np.ndarray:
@@ -95,25 +99,38 @@ class SharedMemberStats:
             e = np.exp(-np.square(x) / (2.0 * (np.maximum(var, 1e-12) + b * x / 3.0)))
         return np.where(x > 0, np.minimum(e, 1.0), 1.0)
 
-    def scores(self, ids: torch.Tensor, valid: torch.Tensor, every: bool = False) -> tuple[torch.Tensor, ...]:
+    def _sums(self, ids: torch.Tensor, valid: torch.Tensor, table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """T (B, C) int64 of the columns of ``table`` (V + 1, C) int8 and n_d (B,) int64 for ids (B, N)
+        in [0, V) where valid (B, N) bool: one pass over each text's distinct tokens (presence), or its
+        first ``cap`` copies of each (capped)."""
+        if self.shared.sketch.counting == "capped":  # T = Σ_v c_i(v) min(c_v, k): the first k copies of each id
+            tok, x = self.shared.sketch.sparse_weights(ids, valid)  # (B, N), (B, N)
+            return (table.to(torch.float64)[tok] * x.double()[..., None]).sum(1).round().long(), x.sum(1).round().long()
+        return distinct_token_sums(ids, valid, table, self._keep)
+
+    def scores(self, ids: torch.Tensor, valid: torch.Tensor, every: bool = False,
+               decoys_where_fam_below_one: bool = False) -> tuple[torch.Tensor, ...]:
         """The statistics of ids (B, N) int64 with valid (B, N) bool, from one pass over each text's
         distinct tokens: members' p (K, B) float64 (each text's exact p-value at its member of largest
         z and 1 elsewhere; every member's with ``every``), members' z (K, B) float64, decoys' z (M, B)
         float64 or None, n_d (B,) int64 distinct kept tokens, and that member (B,) int64.
+
+        ``decoys_where_fam_below_one`` (not with ``every``): the decoys' z only for the texts whose
+        Bonferroni family p-value min(1, K·p) is below 1, 0 for the others. The family's p-value
+        max(p_fam, p_spread) is 1 for those whatever the decoys read, so a Bonferroni family gets the
+        same p-values for the cost of the members' columns on most unwatermarked text.
 
         Raises:
             InputError: ids outside [0, V).
         """
         table, nulls = self.table()
         ids, lengths = self.shared.sketch.check_ids(ids.cpu(), valid.cpu())
-        if self.shared.sketch.counting == "capped":  # T = Σ_v c_i(v) min(c_v, k): the first k copies of each id
-            tok, x = self.shared.sketch.sparse_weights(ids, valid.cpu())  # (B, N), (B, N)
-            T = (table.to(torch.float64)[tok] * x.double()[..., None]).sum(1).round().long()  # (B, K + M)
-            n_d = x.sum(1).round().long()
-        else:
-            T, n_d = distinct_token_sums(ids, valid.cpu(), table, self._keep)  # (B, K + M), (B,)
-        K, Tn, ln = self.members, T.numpy().astype(np.float64).T, lengths.numpy()  # (K + M, B)
-        mu, var = self._moments(ln)  # (K + M, B) each
+        valid = valid.cpu()
+        K, M, ln = self.members, self.n_decoys, lengths.numpy()
+        lazy = decoys_where_fam_below_one and M > 0 and not every
+        T, n_d = self._sums(ids, valid, self._split[0] if lazy else table)  # (B, K) or (B, K + M), (B,)
+        Tn = T.numpy().astype(np.float64).T  # (K or K + M, B)
+        mu, var = self._moments(ln, slice(0, Tn.shape[0]))  # (K or K + M, B) each
         z = (Tn - mu) / np.sqrt(np.maximum(var, 1e-12))
         best = z[:K].argmax(0)  # (B,) the member each text is tested at (family_pvalues: any choice is valid)
         p = np.ones((K, T.shape[0]))  # the other members' p-values are not computed
@@ -126,5 +143,13 @@ class SharedMemberStats:
         for i in (range(K) if every else np.unique(best[exact]).tolist()):  # members, each vectorised over its texts
             sel = cols if every else cols[(best == i) & exact]
             p[i, sel] = nulls[i].pvalue(Tn[i, sel], ln[sel], var[i, sel], margin)
+        if lazy:  # the decoys' columns on the texts whose family p-value can be below 1
+            z = np.concatenate([z, np.zeros((M, T.shape[0]))])  # (K + M, B): decoys 0 where not needed
+            need = np.flatnonzero(K * p[best, cols] < 1.0)
+            if len(need):
+                sel = torch.from_numpy(need)
+                Td = self._sums(ids[sel], valid[sel], self._split[1])[0].numpy().astype(np.float64).T  # (M, b)
+                mu_d, var_d = self._moments(ln[need], slice(K, K + M))  # (M, b) each
+                z[K:, need] = (Td - mu_d) / np.sqrt(np.maximum(var_d, 1e-12))
         zt = torch.from_numpy(z)
         return torch.from_numpy(p), zt[:K], (zt[K:] if self.n_decoys else None), n_d, torch.from_numpy(best)

@@ -105,9 +105,12 @@ class SketchGreenParams(StrictModel):
             (δ 0.75) with ``coverage_full`` c* = 0.25 (the sketch keeps its full tilt where at least a
             quarter of the positions are expected to be new distinct kept tokens) and ``marginals:
             sampled`` (c read from softmax(l/T), the distribution tokens are drawn from).
-        family: the sketch channel's key family (:class:`FamilyTestParams`; default K = 16 members,
-            Bonferroni over them and the unit-noise spread test, no decoys); ``members: 1`` is the
-            single-key sketch, which a thief who counts words in 50 texts forges (docs/forgery.md).
+        family: the sketch channel's key family (:class:`FamilyTestParams`; default ``global-sketch-family``'s
+            test: K = 16 members, Bonferroni over them and the studentised spread test with M = 32 decoy
+            keys, scored only on texts whose family p-value can be below 1); ``spread: normal`` (the
+            unit-noise test) has more power on texts of 32 tokens and lets a generation spoofer through
+            (docs/forgery.md); ``members: 1`` is the single-key sketch, which a thief who counts words
+            in 50 texts forges.
         green: the green channel's :class:`RedGreenDLMParams` (context {−1}, SumHash, γ = 0.25, both
             gradient terms); ``delta`` δ_g ≥ 0 is its logit shift at s = 1 (default 2).
         scale: s ≥ 0, the strength knob (default 1): multiplies the sketch's δ and δ_g, so a sweep of s
@@ -137,7 +140,7 @@ class SketchGreenParams(StrictModel):
     """
 
     sketch: GlobalSketchParams = GlobalSketchParams(delta=0.75, coverage_full=0.25, marginals="sampled")
-    family: FamilyTestParams = FamilyTestParams(spread="normal", decoys=0)
+    family: FamilyTestParams = FamilyTestParams()
     green: RedGreenDLMParams = RedGreenDLMParams(delta=2.0)
     scale: float = Field(1.0, ge=0)
     handover: bool = True
