@@ -148,6 +148,17 @@ def test_a_mixture_forgery_is_refused_and_a_member_forgery_is_not(tiny):
     assert flagged["mixture"] <= 0.05 and flagged["member"] >= 0.9, flagged
 
 
+def _planted(fam, V: int, B: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """B texts of 30-120 tokens, from key-independent to strongly boosted: member 0's 200 most boosted
+    tokens planted at a rate rising from 0 to 40% over the batch. Returns ids (B, 120), valid (B, 120)."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, V, (B, 120), generator=g)
+    top = torch.argsort(fam.member_token_weights()[0], descending=True)[:200]
+    plant = torch.rand(B, 120, generator=g) < torch.linspace(0, 0.4, B)[:, None]
+    ids = torch.where(plant, top[torch.randint(0, 200, (B, 120), generator=g)], ids)
+    return ids, torch.arange(120)[None] < torch.randint(30, 121, (B, 1), generator=g)
+
+
 def test_the_bernstein_shortcut_only_replaces_family_pvalues_of_one():
     """Texts from key-independent to strongly boosted (member 0's 200 most boosted tokens planted at
     0-40%): the reported member p-value is never below the exact one, the family p-value differs from
@@ -155,12 +166,7 @@ def test_the_bernstein_shortcut_only_replaces_family_pvalues_of_one():
     texts take the shortcut."""
     V = 900
     fam = _shared(V, WatermarkKey(b"\x21" * 32), members=16, decoys=0, spread="normal")
-    g = torch.Generator().manual_seed(5)
-    ids = torch.randint(0, V, (800, 120), generator=g)
-    top = torch.argsort(fam.member_token_weights()[0], descending=True)[:200]
-    plant = torch.rand(800, 120, generator=g) < torch.linspace(0, 0.4, 800)[:, None]
-    ids = torch.where(plant, top[torch.randint(0, 200, (800, 120), generator=g)], ids)
-    valid = torch.arange(120)[None] < torch.randint(30, 121, (800, 1), generator=g)
+    ids, valid = _planted(fam, V, 800, seed=5)
     p_exact, _, _, _, best = fam.shared_stats.scores(ids, valid, every=True)
     p_fast, _, _, _, best_fast = fam.shared_stats.scores(ids, valid)
     assert torch.equal(best, best_fast)
@@ -181,12 +187,7 @@ def test_decoys_are_scored_only_where_the_family_pvalue_can_be_below_one():
     given decoy z 0."""
     V, K, M = 900, 16, 8
     fam = _shared(V, WatermarkKey(b"\x23" * 32), members=K, decoys=M, spread="student")
-    g = torch.Generator().manual_seed(7)
-    ids = torch.randint(0, V, (600, 120), generator=g)
-    top = torch.argsort(fam.member_token_weights()[0], descending=True)[:200]
-    plant = torch.rand(600, 120, generator=g) < torch.linspace(0, 0.4, 600)[:, None]
-    ids = torch.where(plant, top[torch.randint(0, 200, (600, 120), generator=g)], ids)
-    valid = torch.arange(120)[None] < torch.randint(30, 121, (600, 1), generator=g)
+    ids, valid = _planted(fam, V, 600, seed=7)
     st = fam.shared_stats
     p, z, zd_all, _, best = st.scores(ids, valid)
     _, _, zd_lazy, _, best_lazy = st.scores(ids, valid, decoys_where_fam_below_one=True)
