@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         print(rule, json.dumps(rows[rule]), flush=True)
     outdir = Path(args.out)
     outdir.mkdir(parents=True, exist_ok=True)
-    cmd = "python benchmarks/spoofer_spread_dev.py " + " ".join(argv if argv is not None else os.sys.argv[1:])
+    cmd = "python benchmarks/spoofer_spread_dev.py " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = [f"Development split, default model, `mdlm-random-t1`, {args.length} tokens, {args.steps} steps; generation spoofer "
              f"(δ = {args.delta}) fitted on N = {args.n} watermarked and {args.n} unwatermarked texts, {len(forged)} forgeries; "
              f"rates at p ≤ 0.01 with exact 95% intervals. Command: `{cmd.strip()}`", "",
