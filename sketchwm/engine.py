@@ -160,11 +160,18 @@ def transfer_schedule(masked_in_block: torch.Tensor, steps: int) -> torch.Tensor
     return out
 
 
-def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Nucleus (top-p) filter of Holtzman et al. (2020), by transformers' ``TopPLogitsWarper``.
+def _top_p_filter(logits: torch.Tensor, top_p: float, k: int = 64) -> torch.Tensor:
+    """Nucleus (top-p) filter of Holtzman et al. (2020), with the rule of transformers'
+    ``TopPLogitsWarper``: a token is kept when the probability of the tokens ranked above it is below
+    ``top_p`` (so the most likely token always is).
+
+    The nucleus is read from the ``k`` most likely tokens of each row (``torch.topk``, O(V) per row)
+    wherever their mass reaches ``top_p`` + 1e-4; the other rows (flat marginals) go through the
+    warper's full-vocabulary sort. The two agree except for a token whose higher-ranked mass lies
+    within float32 rounding of ``top_p`` (tests/test_engine_paths.py compares them).
 
     Args:
-        logits: (..., V) float logits; top_p: the mass to keep, in (0, 1].
+        logits: (..., V) float logits; top_p: the mass to keep, in (0, 1]; k: the candidates per row.
 
     Returns:
         (..., V) float, a new tensor: ``logits`` on the smallest set of most likely tokens whose
@@ -172,8 +179,18 @@ def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """
     from transformers.generation.logits_process import TopPLogitsWarper
 
-    flat = logits.reshape(-1, logits.shape[-1])  # (B·K, V): the warper works on (batch, vocab)
-    return TopPLogitsWarper(top_p)(None, flat).reshape(logits.shape)
+    flat = logits.reshape(-1, logits.shape[-1])  # (R, V)
+    k = min(k, flat.shape[-1])
+    probs = flat.float().softmax(-1)  # (R, V)
+    top, idx = probs.topk(k, dim=-1)  # (R, k) descending
+    above = top.double().cumsum(-1) - top.double()  # (R, k) the mass ranked above each candidate
+    inside = above[:, -1] + top[:, -1].double() >= top_p + 1e-4  # (R,) the nucleus ends within the k
+    keep = torch.zeros_like(flat, dtype=torch.bool).scatter_(-1, idx, above < top_p)  # (R, V)
+    out = flat.masked_fill(~keep, float("-inf"))
+    if not bool(inside.all()):  # flat rows: the full sort
+        rows = (~inside).nonzero().squeeze(1)
+        out[rows] = TopPLogitsWarper(top_p)(None, flat[rows].clone())
+    return out.reshape(logits.shape)
 
 
 def sample_tokens(logits: torch.Tensor, uniforms: torch.Tensor | None, generator: torch.Generator,

@@ -97,6 +97,27 @@ def test_top_p_applies_to_the_tempered_marginals():
     assert set(x0.unique().tolist()) == {10}
 
 
+
+@pytest.mark.parametrize("top_p", [0.5, 0.9, 0.95, 0.999])
+def test_the_nucleus_from_the_top_candidates_is_the_warpers(top_p):
+    """The top-k nucleus keeps exactly the tokens of transformers' full-sort warper, on sharp rows (the
+    nucleus inside the candidates), flat rows (the fallback) and rows that mix both in one batch."""
+    from transformers.generation.logits_process import TopPLogitsWarper
+
+    from sketchwm.engine import _top_p_filter
+
+    g = torch.Generator().manual_seed(int(top_p * 1000))
+    V = 30522
+    scale = torch.tensor([0.3, 1.0, 3.0, 10.0, 30.0]).repeat_interleave(40)[:, None]  # flat ... sharp rows
+    logits = torch.randn(200, V, generator=g) * scale  # (200, V)
+    got = _top_p_filter(logits.reshape(4, 50, V), top_p).reshape(200, V)
+    want = TopPLogitsWarper(top_p)(None, logits.clone())
+    assert torch.equal(torch.isinf(got), torch.isinf(want))
+    assert torch.equal(got[~torch.isinf(got)], logits[~torch.isinf(want)])
+    kept = (~torch.isinf(got)).sum(1)
+    assert int(kept.min()) >= 1 and int(kept.max()) > 64, "no row took the fallback: the test does not cover it"
+
+
 # ------------------------------------------------------------------ defect 6: bring your own model
 def test_raw_transformers_model_as_backend_is_refused_with_a_hint():
     tok = tiny_tokenizer()
