@@ -412,12 +412,44 @@ static PyObject *gumbel_scores(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* The texts of distinct_sums, COLS columns (KK, or a constant equal to it: the column loops are then
+ * unrolled and the ACC int32 accumulators live in vector registers). Branch-free: an invalid or
+ * out-of-range id reads as V (the zero padding row), and a copy already seen in this text (stamp[v] ==
+ * its index) adds its row masked to zero. The branch this replaces (first copy or not) is unpredictable
+ * on text, whose ids repeat at random. */
+#define DISTINCT_ROWS(NAME, ACC, COLS)                                                                      \
+static void NAME(const int64_t *ids, const uint8_t *valid, Py_ssize_t B, Py_ssize_t N, Py_ssize_t V,        \
+                 const int8_t *tab, Py_ssize_t KK, const int8_t *keep, int64_t *T, int64_t *n, int32_t *stamp) { \
+    int32_t acc[ACC];                                                                                         \
+    for (Py_ssize_t b = 0; b < B; b++) {                                                                      \
+        const int64_t *x = ids + b * N;                                                                       \
+        const uint8_t *ok = valid + b * N;                                                                    \
+        int32_t kept = 0;                                                                                     \
+        for (Py_ssize_t k = 0; k < (COLS); k++) acc[k] = 0;                                                   \
+        for (Py_ssize_t j = 0; j < N; j++) {                                                                  \
+            int64_t v = x[j];                                                                                 \
+            v = (ok[j] && v >= 0 && v < V) ? v : V;                                                           \
+            int8_t m = (int8_t)-(stamp[v] != (int32_t)b); /* 0xff on a first copy, else 0 */                 \
+            stamp[v] = (int32_t)b;                                                                            \
+            const int8_t *row = tab + v * (COLS);                                                             \
+            for (Py_ssize_t k = 0; k < (COLS); k++) acc[k] += (int8_t)(row[k] & m);                           \
+            kept += keep[v] & m;                                                                              \
+        }                                                                                                     \
+        for (Py_ssize_t k = 0; k < (COLS); k++) T[b * (COLS) + k] = acc[k];                                   \
+        n[b] = kept;                                                                                          \
+    }                                                                                                         \
+}
+DISTINCT_ROWS(distinct_rows_any, 4096, KK)
+DISTINCT_ROWS(distinct_rows_16, 16, 16)
+DISTINCT_ROWS(distinct_rows_32, 32, 32)
+DISTINCT_ROWS(distinct_rows_48, 48, 48)
+
 /* distinct_sums(ids, valid, B, N, V, table, K, keep, T, n): per text, the sums of the K int8 columns of
  * table ((V + 1) x K, row-major) and of keep (int8, V + 1) over the text's distinct valid ids -- the
  * presence statistic of K directions sharing one Count-Sketch (sketchwm.components.distinct_token_sums
- * with a 2-D table) in one pass: a stamp per id (the last text it was seen in) marks first copies, so
- * nothing is sorted. ids: int64 (B*N) in [0, V) where valid; valid: uint8 (B*N); T: writable int64
- * (B*K); n: writable int64 (B). Raises ValueError on wrong buffer sizes, MemoryError. */
+ * with a 2-D table) in one pass (distinct_rows; K = 16, 32 and 48, a family's members, decoys or both,
+ * have their own unrolled loops). ids: int64 (B*N) in [0, V) where valid; valid: uint8 (B*N); T:
+ * writable int64 (B*K); n: writable int64 (B). Raises ValueError on wrong buffer sizes, MemoryError. */
 static PyObject *distinct_sums(PyObject *self, PyObject *args) {
     Py_buffer bid, bva, btab, bkeep, bT, bn;
     Py_ssize_t B, N, V, K;
@@ -425,14 +457,13 @@ static PyObject *distinct_sums(PyObject *self, PyObject *args) {
         return NULL;
     int rc = 0;
     if (bid.len != B * N * 8 || bva.len != B * N || btab.len != (V + 1) * K || bkeep.len != V + 1 ||
-        bT.len != B * K * 8 || bn.len != B * 8 || K < 1 || K > 4096 || B >= 2147483647) {
+        bT.len != B * K * 8 || bn.len != B * 8 || K < 1 || K > 4096 || B >= 2147483647 || V >= 2147483647) {
         PyErr_SetString(PyExc_ValueError, "distinct_sums: wrong buffer sizes");
         rc = 1;
     } else {
         Py_BEGIN_ALLOW_THREADS
-        int32_t *stamp = (int32_t *)malloc(sizeof(int32_t) * (size_t)(V + 1));  /* half the cache of int64 */
-        int32_t *acc = (int32_t *)malloc(sizeof(int32_t) * (size_t)K);
-        if (stamp == NULL || acc == NULL) {
+        int32_t *stamp = (int32_t *)malloc(sizeof(int32_t) * (size_t)(V + 1));  /* the text each id was last seen in */
+        if (stamp == NULL) {
             rc = 3;
         } else {
             const int64_t *ids = (const int64_t *)bid.buf;
@@ -440,23 +471,12 @@ static PyObject *distinct_sums(PyObject *self, PyObject *args) {
             const int8_t *tab = (const int8_t *)btab.buf, *keep = (const int8_t *)bkeep.buf;
             int64_t *T = (int64_t *)bT.buf, *n = (int64_t *)bn.buf;
             for (Py_ssize_t v = 0; v <= V; v++) stamp[v] = -1;
-            for (Py_ssize_t b = 0; b < B; b++) {
-                int64_t kept = 0;
-                for (Py_ssize_t k = 0; k < K; k++) acc[k] = 0;
-                for (Py_ssize_t j = 0; j < N; j++) {
-                    if (!valid[b * N + j]) continue;
-                    int64_t v = ids[b * N + j];
-                    if (v < 0 || v >= V || stamp[v] == (int32_t)b) continue;
-                    stamp[v] = (int32_t)b;
-                    const int8_t *row = tab + v * K;
-                    for (Py_ssize_t k = 0; k < K; k++) acc[k] += row[k];
-                    kept += keep[v];
-                }
-                for (Py_ssize_t k = 0; k < K; k++) T[b * K + k] = acc[k];
-                n[b] = kept;
-            }
+            if (K == 16) distinct_rows_16(ids, valid, B, N, V, tab, 16, keep, T, n, stamp);
+            else if (K == 32) distinct_rows_32(ids, valid, B, N, V, tab, 32, keep, T, n, stamp);
+            else if (K == 48) distinct_rows_48(ids, valid, B, N, V, tab, 48, keep, T, n, stamp);
+            else distinct_rows_any(ids, valid, B, N, V, tab, K, keep, T, n, stamp);
         }
-        free(stamp); free(acc);
+        free(stamp);
         Py_END_ALLOW_THREADS
         if (rc == 3) { PyErr_NoMemory(); }
     }

@@ -61,17 +61,20 @@ def test_members_and_decoys_are_direction_indices_of_one_key(counting):
     assert torch.equal(n, ref.n_scored.long())
 
 
+@pytest.mark.parametrize("K", [7, 16, 32, 48])
 @pytest.mark.parametrize("with_c", [True, False])
-def test_distinct_sums_of_many_columns_match_the_torch_reference(with_c, monkeypatch):
-    """distinct_token_sums with a (V + 1, K) int8 table: the C pass and the numpy pass give the torch
-    reference's sums (distinct valid ids only; padding row V = 0)."""
+def test_distinct_sums_of_many_columns_match_the_torch_reference(with_c, K, monkeypatch):
+    """distinct_token_sums with a (V + 1, K) int8 table: the C pass (its unrolled K = 16, 32, 48 and its
+    general loop) and the numpy pass give the torch reference's sums (distinct valid ids only; padding
+    row V = 0; the table's extreme entries ±127)."""
     if not with_c:
         monkeypatch.setattr(token_sums, "_distinct_sums", None)
     elif token_sums._distinct_sums is None:
         pytest.skip("the C extension is not built here")
     g = torch.Generator().manual_seed(1)
-    V, K = 300, 7
+    V = 300
     table = torch.randint(-4, 5, (V + 1, K), dtype=torch.int8, generator=g)
+    table[:5], table[5:10] = 127, -127
     table[V] = 0
     keep = torch.randint(0, 2, (V + 1,), dtype=torch.int8, generator=g)
     keep[V] = 0

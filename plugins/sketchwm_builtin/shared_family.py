@@ -147,8 +147,10 @@ class SharedMemberStats:
             z = np.concatenate([z, np.zeros((M, T.shape[0]))])  # (K + M, B): decoys 0 where not needed
             need = np.flatnonzero(K * p[best, cols] < 1.0)
             if len(need):
-                sel = torch.from_numpy(need)
-                Td = self._sums(ids[sel], valid[sel], self._split[1])[0].numpy().astype(np.float64).T  # (M, b)
+                # numpy's row gather: a torch index op here is a parallel region, after which torch's
+                # OpenMP workers spin and hold the cores the sums' threads need (docs/speed.md)
+                sub_ids, sub_valid = torch.from_numpy(ids.numpy()[need]), torch.from_numpy(valid.numpy()[need])
+                Td = self._sums(sub_ids, sub_valid, self._split[1])[0].numpy().astype(np.float64).T  # (M, b)
                 mu_d, var_d = self._moments(ln[need], slice(K, K + M))  # (M, b) each
                 z[K:, need] = (Td - mu_d) / np.sqrt(np.maximum(var_d, 1e-12))
         zt = torch.from_numpy(z)
