@@ -101,7 +101,8 @@ def test_top_p_applies_to_the_tempered_marginals():
 @pytest.mark.parametrize("top_p", [0.5, 0.9, 0.95, 0.999])
 def test_the_nucleus_from_the_top_candidates_is_the_warpers(top_p):
     """The top-k nucleus keeps exactly the tokens of transformers' full-sort warper, on sharp rows (the
-    nucleus inside the candidates), flat rows (the fallback) and rows that mix both in one batch."""
+    nucleus inside the first candidates), wider ones (the next candidate count), flat rows (the full
+    sort) and rows that mix them in one batch."""
     from transformers.generation.logits_process import TopPLogitsWarper
 
     from sketchwm.engine import _top_p_filter
@@ -110,12 +111,14 @@ def test_the_nucleus_from_the_top_candidates_is_the_warpers(top_p):
     V = 30522
     scale = torch.tensor([0.3, 1.0, 3.0, 10.0, 30.0]).repeat_interleave(40)[:, None]  # flat ... sharp rows
     logits = torch.randn(200, V, generator=g) * scale  # (200, V)
-    got = _top_p_filter(logits.reshape(4, 50, V), top_p).reshape(200, V)
     want = TopPLogitsWarper(top_p)(None, logits.clone())
-    assert torch.equal(torch.isinf(got), torch.isinf(want))
-    assert torch.equal(got[~torch.isinf(got)], logits[~torch.isinf(want)])
-    kept = (~torch.isinf(got)).sum(1)
-    assert int(kept.min()) >= 1 and int(kept.max()) > 64, "no row took the fallback: the test does not cover it"
+    for ks in [(64, 4096), (64,), (16, 256, 2048)]:
+        got = _top_p_filter(logits.reshape(4, 50, V), top_p, ks).reshape(200, V)
+        assert torch.equal(torch.isinf(got), torch.isinf(want)), ks
+        assert torch.equal(got[~torch.isinf(got)], logits[~torch.isinf(want)]), ks
+    kept = (~torch.isinf(want)).sum(1)
+    assert int(kept.min()) >= 1 and int(kept.max()) > 4096, "no row took the full sort: the test does not cover it"
+    assert bool(((kept > 64) & (kept <= 4096)).any()), "no row was read from the second candidate count"
 
 
 # ------------------------------------------------------------------ defect 6: bring your own model
