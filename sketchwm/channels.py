@@ -26,7 +26,7 @@ from typing import Literal, Protocol
 import numpy as np
 import torch
 
-from .components import DenoiseStep, MarginalReads, SchemeScores, WatermarkScheme
+from .components import DenoiseStep, MarginalReads, SchemeScores, WatermarkScheme, one_batch
 from .errors import ConfigError
 from .multiple_testing import weighted_bonferroni
 from .stats import normal_isf
@@ -296,7 +296,8 @@ class CombinedScheme(ComposedScheme):
         Raises:
             InputError: ids outside [0, V), or a text shorter than a channel's minimum.
         """
-        scores = self.channel_scores(ids, valid)
+        with one_batch(ids, valid, self.vocab_size):  # the channels check the same batch: once
+            scores = self.channel_scores(ids, valid)
         ps = [s.p_value.double().cpu() for s in scores]  # J × (B,)
         weights = self.channel_weights(scores, valid)
         pv = weighted_bonferroni(ps, weights)  # (B,) float64

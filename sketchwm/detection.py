@@ -29,7 +29,7 @@ from pydantic import Field
 
 from . import __version__
 from .batching import TextEncoder, pad_ids
-from .components import WatermarkScheme, ids_summary, tokenizer_fingerprint
+from .components import SchemeScores, WatermarkScheme, one_batch, tokenizer_fingerprint
 from .config import StrictModel, config_hash
 from .detection_paths import InputPaths
 from .detection_result import DetectionResult
@@ -298,6 +298,26 @@ class Detector(InputPaths):
         return None
 
 
+    def _checked_scores(self, ids: torch.Tensor, valid: torch.Tensor, lengths: torch.Tensor, lo: int,
+                        hi: int) -> SchemeScores:
+        """The scheme's scores of a batch after the detector's checks (:meth:`detect_batch`).
+
+        Raises:
+            InputError: an empty or too-short text, or ids outside [0, V) (names the text).
+        """
+        V = self.scheme.vocab_size
+        short = lengths < self.scheme.min_tokens
+        if bool(short.any()):
+            i = int(short.nonzero()[0, 0])
+            if int(lengths[i]) == 0:
+                raise InputError(f"text {i} is empty")
+            raise InputError(f"text {i} has {int(lengths[i])} tokens; at least {self.scheme.min_tokens} are needed for detection")
+        if lo < 0 or hi >= V:  # name the first offending text
+            bad = valid & ((ids < 0) | (ids >= V))
+            i, j = (int(t) for t in bad.nonzero()[0])
+            raise InputError(f"text {i} has token id {int(ids[i, j])} outside the vocabulary [0, {V})")
+        return self.scheme.score_ids(ids, valid)
+
     def detect_batch(self, ids: torch.Tensor, valid: torch.Tensor | None = None) -> DetectionResult:
         """Detect in a padded batch: ids (B, N) int64, valid (B, N) bool (None: all valid).
 
@@ -316,18 +336,8 @@ class Detector(InputPaths):
         if valid.shape != ids.shape:
             raise InputError(f"valid has shape {tuple(valid.shape)} but ids have {tuple(ids.shape)}")
         V = self.scheme.vocab_size
-        lengths, lo, hi = ids_summary(ids, valid, V)  # (B,) int64, a range holding every valid id
-        short = lengths < self.scheme.min_tokens
-        if bool(short.any()):
-            i = int(short.nonzero()[0, 0])
-            if int(lengths[i]) == 0:
-                raise InputError(f"text {i} is empty")
-            raise InputError(f"text {i} has {int(lengths[i])} tokens; at least {self.scheme.min_tokens} are needed for detection")
-        if lo < 0 or hi >= V:  # name the first offending text
-            bad = valid & ((ids < 0) | (ids >= V))
-            i, j = (int(t) for t in bad.nonzero()[0])
-            raise InputError(f"text {i} has token id {int(ids[i, j])} outside the vocabulary [0, {V})")
-        s = self.scheme.score_ids(ids, valid)
+        with one_batch(ids, valid, V) as (lengths, lo, hi):  # (B,) int64, a range holding every valid id; the channels reuse it
+            s = self._checked_scores(ids, valid, lengths, lo, hi)
         analytic, calibrated = self.thresholds(lengths.cpu())
         thr, source, decide = self.decide(s.score.cpu(), s.p_value.cpu(), lengths.cpu(), (analytic, calibrated))
         return DetectionResult(

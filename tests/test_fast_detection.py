@@ -172,6 +172,33 @@ def test_detect_batch_errors(builtin_registry, key, tmp_path, tiny):
     assert out.is_watermarked.shape == (ids.shape[0],)
 
 
+
+def test_a_detection_scans_its_ids_once_and_a_rewritten_batch_is_checked_again(builtin_registry, key, tiny,
+                                                                              monkeypatch):
+    """The default's detector and both its channels check one batch: the ids are scanned once
+    (one_batch). A batch rewritten in place through numpy between two detections (no torch version
+    bump) is checked again: the summary is shared only inside one detection."""
+    from sketchwm.components import token_sums
+    from sketchwm.config import DEFAULT_SCHEME
+
+    scans = []
+    real = token_sums._scan_range
+    monkeypatch.setattr(token_sums, "_scan_range", lambda ids: scans.append(1) or real(ids))
+    sch = builtin_registry.create("scheme", DEFAULT_SCHEME, {}, key, tiny.vocab_size, registry=builtin_registry)
+    det = Detector(sch, tiny.tokenizer, "fp")
+    arr = np.random.default_rng(0).integers(0, tiny.vocab_size, size=(6, 40))
+    ids = torch.from_numpy(arr)
+    valid = torch.ones(6, 40, dtype=torch.bool)
+    first = det.detect_batch(ids, valid)
+    assert len(scans) == 1
+    assert torch.equal(sch.score_ids(ids, valid).p_value, first.p_value)  # score_ids alone: its own one scan
+    assert len(scans) == 2
+    arr[2, 7] = tiny.vocab_size + 3  # the same tensor object, rewritten underneath
+    with pytest.raises(InputError, match=f"text 2 has token id {tiny.vocab_size + 3} outside"):
+        det.detect_batch(ids, valid)
+    with pytest.raises(InputError, match=f"token id {tiny.vocab_size + 3} is outside"):
+        sch.score_ids(ids, valid)
+
 def test_distinct_token_sums_numpy_and_torch_paths_agree():
     from sketchwm.components import _distinct_token_sums_torch, distinct_token_sums
 

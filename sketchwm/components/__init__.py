@@ -28,7 +28,7 @@ from .scheme import SchemeScores, Strength, WatermarkScheme
 from .score import ScoreFunction
 from .sketch import Sketch
 from .token_sums import _distinct_token_sums_torch, _thread_pool  # noqa: F401 - used by attribution and tests
-from .token_sums import check_token_ids, distinct_token_sums, ids_summary, sort_rows
+from .token_sums import check_token_ids, distinct_token_sums, ids_summary, one_batch, sort_rows
 
 __all__ = [
     "Component",
@@ -51,6 +51,7 @@ __all__ = [
     "distinct_token_sums",
     "sort_rows",
     "ids_summary",
+    "one_batch",
     "scan_rows_",
     "stop_absence_",
 ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -15,7 +17,7 @@ try:  # the optional C extension (pyproject.toml ext-modules): K columns summed 
 except ImportError:  # pragma: no cover - exercised where no compiler built it
     _distinct_sums = None
 
-__all__ = ["sort_rows", "ids_summary", "check_token_ids", "distinct_token_sums"]
+__all__ = ["sort_rows", "ids_summary", "one_batch", "check_token_ids", "distinct_token_sums"]
 
 
 def sort_rows(ids: torch.Tensor) -> torch.Tensor:
@@ -31,6 +33,57 @@ def sort_rows(ids: torch.Tensor) -> torch.Tensor:
     return torch.sort(ids, dim=1).values
 
 
+#: the batch being detected (:func:`one_batch`): (ids, valid, V, summary, entry range), or None
+_BATCH: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("sketchwm_batch", default=None)
+
+
+@contextlib.contextmanager
+def one_batch(ids: torch.Tensor, valid: torch.Tensor,
+              vocab_size: int) -> Iterator[tuple[torch.Tensor, int, int] | None]:
+    """Summarise a batch once for a whole detection: inside the block, :func:`ids_summary` and
+    :func:`check_token_ids` of these very tensors (the same objects, as the detector hands them to
+    each channel of a combined scheme) reuse the summary instead of scanning the ids again. Only
+    inside the block, where nothing writes to the batch; nested blocks on the same batch share it.
+
+    Args:
+        ids: (B, N) int64; valid: (B, N) bool; vocab_size: V.
+
+    Yields:
+        :func:`ids_summary` ``(ids, valid, vocab_size)``: lengths (B,) int64, smallest and largest id;
+        None (and nothing shared) unless ids is (B, N) int64 and valid (B, N) bool.
+    """
+    if not (torch.is_tensor(ids) and torch.is_tensor(valid) and ids.dim() == 2 and valid.shape == ids.shape
+            and ids.dtype == torch.int64 and valid.dtype == torch.bool):
+        yield None  # not a batch the checks would pass as it is: each check runs (and raises) itself
+        return
+    outer = _BATCH.get()
+    if outer is not None and outer[0] is ids and outer[1] is valid and outer[2] == vocab_size and outer[3]:
+        yield outer[3][0].clone(), outer[3][1], outer[3][2]
+        return
+    rng = _scan_range(ids) if ids.device.type == "cpu" and ids.numel() else None
+    token = _BATCH.set((ids, valid, vocab_size, None, rng))  # the range first: the summary reads it
+    try:
+        summary = ids_summary(ids, valid, vocab_size)
+        _BATCH.set((ids, valid, vocab_size, (summary[0].clone(), summary[1], summary[2]), rng))
+        yield summary
+    finally:
+        _BATCH.reset(token)
+
+
+def _entry_range(ids: torch.Tensor) -> tuple[int, int]:
+    """Smallest and largest entry of a non-empty CPU ids tensor, padding included (numpy)."""
+    outer = _BATCH.get()
+    if outer is not None and outer[0] is ids and outer[4] is not None:
+        return outer[4]
+    return _scan_range(ids)
+
+
+def _scan_range(ids: torch.Tensor) -> tuple[int, int]:
+    """One numpy pass over a non-empty CPU ids tensor: its smallest and largest entry."""
+    a = ids.numpy()
+    return int(a.min()), int(a.max())
+
+
 def ids_summary(ids: torch.Tensor, valid: torch.Tensor | None = None,
                 vocab_size: int | None = None) -> tuple[torch.Tensor, int, int]:
     """Lengths and id range of a padded batch: ids (B, N) int64, valid (B, N) bool or None →
@@ -42,30 +95,40 @@ def ids_summary(ids: torch.Tensor, valid: torch.Tensor | None = None,
 
     On CPU through numpy: torch's multi-threaded reductions spin-wait and slow down by 10-100x on an
     oversubscribed machine, numpy's single-threaded ones do not; the masked range is a ``where=``
-    reduction (no copy of the valid entries).
+    reduction (no copy of the valid entries). Inside :func:`one_batch` of the same tensors, its summary.
     """
     B, N = ids.shape
     if ids.numel() == 0:
         return torch.zeros(B, dtype=torch.int64), 0, 0
     if ids.device.type == "cpu":
-        ids_np = ids.numpy()
-        lo, hi = int(ids_np.min()), int(ids_np.max())
-        if valid is None:
-            return torch.full((B,), N, dtype=torch.int64), lo, hi
-        valid_np = valid.numpy()
-        lengths = valid_np.sum(1, dtype=np.int64)
-        if int(lengths.sum()) == B * N or (vocab_size is not None and lo >= 0 and hi < vocab_size):
-            return torch.from_numpy(lengths), lo, hi
-        if not lengths.any():
-            return torch.from_numpy(lengths), 0, 0
-        info = np.iinfo(ids_np.dtype) if ids_np.dtype.kind in "iu" else np.finfo(ids_np.dtype)
-        return (torch.from_numpy(lengths), int(ids_np.min(where=valid_np, initial=info.max)),
-                int(ids_np.max(where=valid_np, initial=info.min)))
+        outer = _BATCH.get()
+        if outer is not None and outer[0] is ids and outer[1] is valid and outer[2] == vocab_size and outer[3]:
+            return outer[3][0].clone(), outer[3][1], outer[3][2]
+        return _ids_summary_cpu(ids, valid, vocab_size)
     valid = torch.ones_like(ids, dtype=torch.bool) if valid is None else valid
     lengths = valid.sum(1)
     if not bool(valid.any()):
         return lengths, 0, 0
     return lengths, int(ids[valid].min()), int(ids[valid].max())
+
+
+def _ids_summary_cpu(ids: torch.Tensor, valid: torch.Tensor | None,
+                     vocab_size: int | None) -> tuple[torch.Tensor, int, int]:
+    """:func:`ids_summary` of a non-empty CPU batch, computed."""
+    B, N = ids.shape
+    ids_np = ids.numpy()
+    lo, hi = _entry_range(ids)
+    if valid is None:
+        return torch.full((B,), N, dtype=torch.int64), lo, hi
+    valid_np = valid.numpy()
+    lengths = valid_np.sum(1, dtype=np.int64)
+    if int(lengths.sum()) == B * N or (vocab_size is not None and lo >= 0 and hi < vocab_size):
+        return torch.from_numpy(lengths), lo, hi
+    if not lengths.any():
+        return torch.from_numpy(lengths), 0, 0
+    info = np.iinfo(ids_np.dtype) if ids_np.dtype.kind in "iu" else np.finfo(ids_np.dtype)
+    return (torch.from_numpy(lengths), int(ids_np.min(where=valid_np, initial=info.max)),
+            int(ids_np.max(where=valid_np, initial=info.min)))
 
 
 def check_token_ids(ids: torch.Tensor, valid: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -97,8 +160,8 @@ def check_token_ids(ids: torch.Tensor, valid: torch.Tensor, vocab_size: int) -> 
     # [0, V) (the common case) settles it in one pass; otherwise the valid entries' range decides.
     inside = False
     if ids.device.type == "cpu":
-        a = ids.numpy()
-        inside = int(a.min()) >= 0 and int(a.max()) < vocab_size
+        lo, hi = _entry_range(ids)
+        inside = lo >= 0 and hi < vocab_size
     if not inside:
         _, lo, hi = ids_summary(ids, valid, vocab_size)
         if lo < 0 or hi >= vocab_size:
