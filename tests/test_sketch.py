@@ -43,6 +43,23 @@ def test_sketch_matches_definition(key):
     assert torch.allclose((sk.project(x) * r).sum(1), (x * sk.token_scores(r)).sum(1), atol=1e-4)
 
 
+
+@pytest.mark.parametrize("d, w, V", [(3, 16, 50), (4, 256, 3000)])
+def test_phi_is_the_dense_count_sketch_matrix(key, d, w, V):
+    """Φ (V, D) and Φᵀ (D, V), built directly in CSR form, are the dense matrix of φ(v)_{r·w+b} =
+    σ_r(v) 1[h_r(v) = b], with sorted column indices in every row (a canonical CSR)."""
+    sk = CountSketch({"d": d, "w": w}, key, V)
+    dense = torch.zeros(V, d * w)
+    for r in range(d):
+        dense[torch.arange(V), r * w + sk.buckets[r]] = sk.signs[r]
+    for transpose, want in ((False, dense), (True, dense.T)):
+        phi = sk._phi(transpose)
+        assert torch.equal(phi.to_dense(), want)
+        crow, col = phi.crow_indices(), phi.col_indices()
+        for i in range(0, len(crow) - 1, max(1, (len(crow) - 1) // 50)):
+            row = col[crow[i]:crow[i + 1]]
+            assert bool((row[1:] > row[:-1]).all())
+
 def test_sign_balancing_reduces_imbalance(key):
     V = 5000
     prior = zipf_prior(V)

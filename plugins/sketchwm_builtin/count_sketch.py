@@ -16,6 +16,7 @@ from __future__ import annotations
 import warnings
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from pydantic import Field
 
@@ -76,14 +77,17 @@ def balance_signs(prior: torch.Tensor, buckets: torch.Tensor, coins: torch.Tenso
     safe = grid_tok.clamp_min(0)
     mass = torch.where(valid, prior[safe], torch.zeros((), dtype=torch.float64, device=device))  # (d, w, S)
     coin = torch.where(valid, torch.gather(coins.to(torch.float64), 1, safe.view(d, -1)).view(d, w, max_size), 1.0)
-    running = torch.zeros(d, w, dtype=torch.float64, device=device)
-    out = torch.empty(d, w, max_size, dtype=torch.float64, device=device)
-    for k in range(max_size):  # loop over within-bucket rank; vectorised over all d*w buckets
-        m = mass[:, :, k]
-        s = torch.where(running > 0, -1.0, torch.where(running < 0, 1.0, coin[:, :, k]))
-        s = torch.where(m > 0, s, coin[:, :, k])
-        out[:, :, k] = s
+    # the greedy pass in numpy (float64, the same arithmetic): a loop over the within-bucket rank,
+    # vectorised over all d*w buckets, where torch's per-call overhead made it most of a scheme's build
+    mass_np, coin_np = mass.cpu().numpy(), coin.cpu().numpy()  # (d, w, S) each
+    running = np.zeros((d, w))
+    out_np = np.empty((d, w, max_size))
+    for k in range(max_size):
+        m, c = mass_np[:, :, k], coin_np[:, :, k]
+        s = np.where(m > 0, np.where(running > 0, -1.0, np.where(running < 0, 1.0, c)), c)
+        out_np[:, :, k] = s
         running = running + s * m
+    out = torch.from_numpy(out_np).to(device)
     # scatter back to (d, V)
     res = torch.empty(d, V, dtype=torch.float32, device=device)
     return res.scatter_(1, tok, torch.gather(out.view(d, -1), 1, flat).float())
@@ -232,14 +236,23 @@ class CountSketch(Sketch):
         cache = self.__dict__.setdefault("_phi_cache", {})
         key = (transpose, self.device)
         if key not in cache:
-            d, V = self.params.d, self.vocab_size
-            tok = torch.arange(V, device=self.device).repeat(d)  # (d·V,) token of each entry
-            coord = self.flat_index.reshape(-1)  # (d·V,) its coordinate r·w + h_r(v)
-            idx = torch.stack([coord, tok]) if transpose else torch.stack([tok, coord])
-            shape = (self.dim, V) if transpose else (V, self.dim)
+            d, V, dev = self.params.d, self.vocab_size, self.device
+            # row v of Φ holds d entries at r·w + h_r(v), r = 0..d−1: distinct, already in column order
+            if transpose:  # (D, V): entries grouped by coordinate, tokens ascending within one (stable sort)
+                coord = self.flat_index.reshape(-1).cpu().numpy()  # (d·V,) r-major, tokens ascending within each r
+                order = np.argsort(coord, kind="stable")  # numpy: torch's sort is a parallel region
+                cols = torch.from_numpy(np.tile(np.arange(V, dtype=np.int64), d)[order]).to(dev)
+                vals = self.signs.reshape(-1)[torch.from_numpy(order).to(dev)]
+                crow = torch.from_numpy(np.concatenate([[0], np.bincount(coord, minlength=self.dim).cumsum()])).to(dev)
+                shape = (self.dim, V)
+            else:  # (V, D): d entries per token
+                cols = self.flat_index.T.reshape(-1)
+                vals = self.signs.T.reshape(-1)
+                crow = torch.arange(0, d * V + 1, d, dtype=torch.int64, device=dev)
+                shape = (V, self.dim)
             with warnings.catch_warnings():  # "sparse CSR support is in beta": used for plain products only
                 warnings.simplefilter("ignore", UserWarning)
-                cache[key] = torch.sparse_coo_tensor(idx, self.signs.reshape(-1), shape).coalesce().to_sparse_csr()
+                cache[key] = torch.sparse_csr_tensor(crow, cols.contiguous(), vals.contiguous(), shape)
         return cache[key]
 
     def project(self, weights: torch.Tensor) -> torch.Tensor:
