@@ -28,8 +28,11 @@ def test_keygen_mode_and_no_overwrite(tmp_path, capsys):
 
 
 def test_generate_detect_round_trip_on_default_model(tmp_path, capsys):
+    # a fixed key, so the outcome is the same on every run: a keygen'd key made this a draw from the
+    # default's p-value law at 64 tokens, whose tail passes p = 0.01 for some keys (keygen: above)
     k = tmp_path / "wm.key"
-    run(["keygen", "--out", str(k)], capsys)
+    k.write_text("5a" * 32 + "\n")
+    k.chmod(0o600)
     out = tmp_path / "gen.jsonl"
     code, _, err = run(["generate", "--key", str(k), "--prompt", "The old house on the hill", "--prompt", "In the beginning",
                         "--gen-length", "64", "--steps", "32", "--block-length", "64", "--out", str(out), "--quiet"], capsys)
