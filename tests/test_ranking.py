@@ -53,9 +53,26 @@ def test_a_floor_tie_and_the_rule_without_an_oracle():
     assert r.higher and r.key.startswith("TPR") and "no oracle" in r.rule
 
 
+def test_a_regime_out_of_the_quality_bound_is_ranked_at_equal_kl():
+    """Every scheme of a regime out of the quality bound (low temperature): MarkMyWords' rule cannot rank
+    them, so TPR at equal KL does, and the table's rule says why; a scheme without that figure is not
+    ranked, and its note says where its sweep lies."""
+    cs = [_curve("a", Estimate(16, 12, 20, n=24), logppl=3.0, tpr=0.5),
+          _curve("b", Estimate(20, 16, 24, n=24), logppl=3.5, tpr=0.9)]
+    (r,) = rankings(_rows(), cs, {"r": {"logppl": Estimate(2.0, 1.9, 2.1)}})
+    assert r.higher and r.key.startswith("TPR") and "cannot rank them" in r.rule
+    assert [(x.scheme, x.group) for x in r.rows] == [("b", 1), ("a", 2)]
+    assert which_to_use([r], "a").startswith("**r**: b")
+    # one scheme within the bound is not a ranking either
+    cs.append(_curve("c", Estimate(24, 20, 28, n=24), tpr=0.7))
+    (r,) = rankings(_rows(), cs, {"r": {"logppl": Estimate(2.0, 1.9, 2.1)}})
+    assert r.key.startswith("TPR") and [x.scheme for x in r.rows] == ["b", "c", "a"]
+
+
 def test_the_advice_names_a_regime_where_no_scheme_is_ranked():
-    """Every scheme of a regime out of the quality bound: no rank, and the advice says so instead of failing."""
-    cs = [_curve("a", Estimate(16, 12, 20, n=24), logppl=3.0), _curve("b", Estimate(20, 16, 24, n=24), logppl=3.5)]
+    """No scheme with a ranking figure at all: no rank, and the advice says so instead of failing."""
+    cs = [_curve("a", Estimate(16, 12, 20, n=24), logppl=3.0, tpr=NAN),
+          _curve("b", Estimate(20, 16, 24, n=24), logppl=3.5, tpr=NAN)]
     (r,) = rankings(_rows(), cs, {"r": {"logppl": Estimate(2.0, 1.9, 2.1)}})
     assert all(x.group is None for x in r.rows)
     advice = which_to_use([r], "a")

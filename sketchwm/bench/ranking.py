@@ -3,8 +3,10 @@
 **The rule** (MarkMyWords, Piet et al. 2023): a scheme's size is the fewest median tokens-to-detect
 among its settings whose mean oracle log-perplexity is within 10% of the unwatermarked texts' of the
 same regime (:func:`sketchwm.bench.matched.markmywords`); fewer is better. Results without the oracle's
-log-perplexity are ranked by TPR at 1% FPR at KL/token 0.1 instead (equal distortion, as in Gloaguen
-et al. 2025; :func:`sketchwm.bench.matched.at_kl`), higher is better; each table says which rule ranked it.
+log-perplexity, and regimes where fewer than two schemes have a setting within that bound (at low
+temperature a watermark's relative log-perplexity cost is large), are ranked by TPR at 1% FPR at
+KL/token 0.1 instead (equal distortion, as in Gloaguen et al. 2025; :func:`sketchwm.bench.matched.at_kl`),
+higher is better; each table says which rule ranked it and why.
 
 **Ties.** Rows are taken in order of the ranking figure; a row joins the group of the row that opened
 the current group while their 95% bootstrap intervals overlap (:func:`sketchwm.bench.matched.winners`'
@@ -179,10 +181,22 @@ def rankings(df: pd.DataFrame, cs: list[M.Curve], refs: dict[str, dict[str, M.Es
             why = ("no text reached p ≤ 0.01" if pfloor else "median text not detected" if est.ok and np.isposinf(est.mean)
                    else f"no setting within +{RULE_TOL:.0%} log-PPL" if est.note == "none-within" else "")
             rows.append(RankRow(c.name, 0, p.label, f, why))
-        key, higher = (tok_col, False) if oracle else (tpr_col, True)
-        rule = (f"fewest median tokens to detect among the settings whose oracle log-PPL is within {RULE_TOL:.0%} of "
-                "the unwatermarked texts' (MarkMyWords)" if oracle else
-                f"TPR at 1% FPR at KL/token {RULE_KL:g} (no oracle log-PPL in these results)")
+        # MarkMyWords ranks where at least two schemes have a setting within the quality bound; at low
+        # temperature every setting can be outside it, and equal KL ranks instead
+        mmw_ok = oracle and sum(r.figures[tok_col].ok for r in rows) >= 2
+        key, higher = (tok_col, False) if mmw_ok else (tpr_col, True)
+        if mmw_ok:
+            rule = (f"fewest median tokens to detect among the settings whose oracle log-PPL is within {RULE_TOL:.0%} "
+                    "of the unwatermarked texts' (MarkMyWords)")
+        else:
+            why_not = ("no oracle log-PPL in these results" if not oracle else
+                       f"fewer than two schemes have a setting within {RULE_TOL:.0%} of the unwatermarked log-PPL here, "
+                       "so MarkMyWords' rule cannot rank them")
+            rule = f"TPR at 1% FPR at KL/token {RULE_KL:g} ({why_not})"
+            for r in rows:  # the note explains a missing ranking figure, now the TPR
+                e = r.figures[tpr_col]
+                r.note = ("" if e.ok else f"its sweep spans KL/token {e.note.split(':', 1)[1]}"
+                          if e.note.startswith("outside-sweep:") else "no figure at this KL")
 
         def sort_key(r: RankRow) -> tuple:
             e = r.figures[key]
