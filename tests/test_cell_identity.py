@@ -124,3 +124,24 @@ def test_every_registered_scheme_has_a_version():
     for name in reg.names("scheme"):
         v = reg.get("scheme", name).version
         assert isinstance(v, str) and v, name
+
+
+def test_the_board_spoof_config_reuses_the_headline_clean_cells():
+    """leaderboard-stealing.yaml plans, for every scheme, a clean cell whose hash is the headline's cell
+    for the same setting and key (so the folder's cell is reused and no text is counted twice), and
+    spoof cells of its own."""
+    from pathlib import Path
+
+    from sketchwm.bench.config import load_config
+
+    configs = Path(__file__).resolve().parents[1] / "benchmarks" / "configs"
+    reg = bench_registry()
+    head = {c.hash for _, cells in plan(load_config(configs / "leaderboard-headline.yaml"), reg)
+            for c in cells if c.kind == "clean"}
+    steal = plan(load_config(configs / "leaderboard-stealing.yaml"), reg)
+    assert len(steal) == 10
+    for unit, cells in steal:
+        kinds = [c.kind for c in cells]
+        assert kinds[0] == "clean" and kinds.count("spoof") == 4, (unit.scheme, kinds)
+        assert cells[0].hash in head, unit.scheme
+        assert not {c.hash for c in cells[1:]} & head
