@@ -185,15 +185,16 @@ def _top_p_filter(logits: torch.Tensor, top_p: float, ks: tuple[int, ...] = (64,
     probs = flat.float().softmax(-1)  # (R, V)
     keep = torch.zeros_like(flat, dtype=torch.bool)  # (R, V)
     todo = torch.arange(flat.shape[0], device=flat.device)  # rows whose nucleus is not read yet
+    sub = probs  # their probabilities (all rows at first: no copy)
     for k in ks:
         if len(todo) == 0 or k >= flat.shape[-1]:
             break
-        top, idx = probs[todo].topk(k, dim=-1)  # (r, k) descending
+        top, idx = sub.topk(k, dim=-1)  # (r, k) descending
         above = top.double().cumsum(-1) - top.double()  # (r, k) the mass ranked above each candidate
         inside = above[:, -1] + top[:, -1].double() >= top_p + 1e-4  # (r,) the nucleus ends within the k
-        rows = todo[inside]
-        keep[rows] = torch.zeros_like(keep[rows]).scatter_(-1, idx[inside], above[inside] < top_p)
+        keep[todo[inside][:, None], idx[inside]] = above[inside] < top_p
         todo = todo[~inside]
+        sub = probs[todo]
     out = flat.masked_fill(~keep, float("-inf"))
     if len(todo):  # nuclei wider than the last k: the full sort
         out[todo] = TopPLogitsWarper(top_p)(None, flat[todo].clone())

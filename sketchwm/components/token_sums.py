@@ -56,9 +56,9 @@ def one_batch(ids: torch.Tensor, valid: torch.Tensor,
             and ids.dtype == torch.int64 and valid.dtype == torch.bool):
         yield None  # not a batch the checks would pass as it is: each check runs (and raises) itself
         return
-    outer = _BATCH.get()
-    if outer is not None and outer[0] is ids and outer[1] is valid and outer[2] == vocab_size and outer[3]:
-        yield outer[3][0].clone(), outer[3][1], outer[3][2]
+    shared = _shared_summary(ids, valid, vocab_size)
+    if shared is not None:
+        yield shared
         return
     rng = _scan_range(ids) if ids.device.type == "cpu" and ids.numel() else None
     token = _BATCH.set((ids, valid, vocab_size, None, rng))  # the range first: the summary reads it
@@ -68,6 +68,16 @@ def one_batch(ids: torch.Tensor, valid: torch.Tensor,
         yield summary
     finally:
         _BATCH.reset(token)
+
+
+def _shared_summary(ids: torch.Tensor, valid: torch.Tensor | None,
+                    vocab_size: int | None) -> tuple[torch.Tensor, int, int] | None:
+    """The enclosing :func:`one_batch`'s summary when it is of these very tensors and V (lengths
+    copied), else None."""
+    outer = _BATCH.get()
+    if outer is None or outer[0] is not ids or outer[1] is not valid or outer[2] != vocab_size or not outer[3]:
+        return None
+    return outer[3][0].clone(), outer[3][1], outer[3][2]
 
 
 def _entry_range(ids: torch.Tensor) -> tuple[int, int]:
@@ -101,10 +111,8 @@ def ids_summary(ids: torch.Tensor, valid: torch.Tensor | None = None,
     if ids.numel() == 0:
         return torch.zeros(B, dtype=torch.int64), 0, 0
     if ids.device.type == "cpu":
-        outer = _BATCH.get()
-        if outer is not None and outer[0] is ids and outer[1] is valid and outer[2] == vocab_size and outer[3]:
-            return outer[3][0].clone(), outer[3][1], outer[3][2]
-        return _ids_summary_cpu(ids, valid, vocab_size)
+        shared = _shared_summary(ids, valid, vocab_size)
+        return shared if shared is not None else _ids_summary_cpu(ids, valid, vocab_size)
     valid = torch.ones_like(ids, dtype=torch.bool) if valid is None else valid
     lengths = valid.sum(1)
     if not bool(valid.any()):
