@@ -142,3 +142,22 @@ def test_one_bootstrap():
         tree = ast.parse(p.read_text(), str(p))
         own = [n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and "bootstrap" in n.name]
         assert not own, f"{p.name} defines its own bootstrap: {own}"
+
+
+def test_perf_detect_board_times_every_scheme_of_a_config(tmp_path, capsys):
+    """perf_detect_board: one warm throughput per curve of the config, side by side on the same ids, written
+    where the leaderboard reads it, with the machine it ran on."""
+    import json
+
+    from sketchwm.bench.config import load_config
+    from sketchwm.bench.leaderboard import SPEED_FILE, read_speed
+
+    out = tmp_path / SPEED_FILE
+    assert _load("perf_detect_board").main(["--config", "smoke", "--tokens", "2048", "--repeats", "1",
+                                            "--threads", "1", "--out", str(out)]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    curves = {s.label or s.name for s in load_config("smoke").schemes}
+    assert set(res["tokens_per_s"]) == curves and all(v > 0 for v in res["tokens_per_s"].values())
+    assert res["tokens"] == 2048 // res["length"] * res["length"] and res["machine"]["cpu"]
+    tps, how = read_speed(tmp_path)
+    assert tps == res["tokens_per_s"] and res["machine"]["cpu"] in how

@@ -34,7 +34,7 @@ def test_groups_ties_and_unranked_rows():
     refs = {"r": {"logppl": Estimate(2.0, 1.9, 2.1)}}
     (r,) = rankings(_rows(), cs, refs)
     assert [(x.scheme, x.group) for x in r.rows] == [("a", 1), ("b", 1), ("c", 2), ("d", 3), ("f", 3), ("e", None)]
-    assert r.rows[0].figures["detect tokens/s"] == 2.5e6
+    assert r.rows[0].figures["detect tokens/s (cold)"] == 2.5e6  # the cell's own timing, named so
     assert r.ties == ["a and b would separate at about 2.2× the texts per setting (about 54 instead of 24), "
                       "if the difference of 8 holds"]
     md = ranking_md([r])
@@ -77,3 +77,31 @@ def test_the_advice_names_a_regime_where_no_scheme_is_ranked():
     assert all(x.group is None for x in r.rows)
     advice = which_to_use([r], "a")
     assert advice.startswith("**r**: no scheme is ranked") and "the default a is not ranked" in advice
+
+
+def test_a_side_by_side_speed_measurement_replaces_the_cells_timings(tmp_path):
+    """``detect-speed.json`` (benchmarks/perf_detect_board.py) in the results folder feeds the speed column,
+    per scheme and the same in every regime, and the page says where it was measured; a scheme it did not
+    time reads n/a rather than a cell's cold timing; a file that is not the benchmark's JSON is an error."""
+    import json
+
+    import pytest
+
+    from sketchwm.bench.leaderboard import read_speed
+    from sketchwm.errors import InputError
+
+    cs = [_curve("a", Estimate(16, 12, 20, n=24)), _curve("b", Estimate(40, 36, 44, n=24))]
+    tps, how = read_speed(tmp_path)
+    assert tps is None and "cold call" in how
+    (tmp_path / "detect-speed.json").write_text(json.dumps({
+        "tokens_per_s": {"a": 4.0e7}, "tokens": 65536, "length": 128, "repeats": 5, "threads": 2,
+        "machine": {"cpu": "Test CPU", "cpus": 2, "torch": "2.13.0+cpu"}}))
+    tps, how = read_speed(tmp_path)
+    assert tps == {"a": 4.0e7} and "Test CPU" in how and "side by side" in how
+    (r,) = rankings(_rows(), cs, {"r": {"logppl": Estimate(2.0, 1.9, 2.1)}}, tps)
+    speed = {x.scheme: x.figures["detect tokens/s"] for x in r.rows}
+    assert speed["a"] == 4.0e7 and math.isnan(speed["b"])
+    assert "| 40M |" in ranking_md([r]) and "n/a" in ranking_md([r])
+    (tmp_path / "detect-speed.json").write_text("{}")
+    with pytest.raises(InputError, match="perf_detect_board"):
+        read_speed(tmp_path)

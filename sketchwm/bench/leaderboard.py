@@ -431,6 +431,39 @@ RANK_INTRO = ("One table per decoding regime, one row per scheme, best first. Sc
               "detection throughput.")
 
 
+#: the file of ``benchmarks/perf_detect_board.py`` in a results folder: the ranking's detection-speed column
+SPEED_FILE = "detect-speed.json"
+
+
+def read_speed(results: str | os.PathLike) -> tuple[dict[str, float] | None, str]:
+    """The detection throughput of ``results``/:data:`SPEED_FILE` (curve → tokens/s) and one sentence
+    saying how and where it was measured; (None, a sentence on the fallback) without the file.
+
+    Raises:
+        InputError: the file exists but is not the benchmark's JSON.
+    """
+    import json
+
+    from ..errors import InputError
+
+    p = Path(results) / SPEED_FILE
+    if not p.is_file():
+        return None, ("Detection throughput: each cell's own timing of one cold call on its texts (no "
+                      f"{SPEED_FILE} in the results folder; benchmarks/perf_detect_board.py writes one).")
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+        tps = {str(k): float(v) for k, v in data["tokens_per_s"].items()}
+        m = data.get("machine", {})
+        how = (f"Detection throughput: Detector.detect_batch, warm, {int(data['tokens']):,} tokens of human text in "
+               f"texts of {int(data['length'])} tokens, the schemes timed side by side ({int(data['repeats'])} "
+               f"interleaved rounds, medians) on {m.get('cpu', 'an unnamed CPU')} ({m.get('cpus', '?')} CPUs, "
+               f"{int(data['threads'])} torch threads, torch {m.get('torch', '?')}) by benchmarks/perf_detect_board.py; "
+               "tokenisation excluded.")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InputError(f"{p}: not the JSON of benchmarks/perf_detect_board.py ({exc})") from exc
+    return tps, how
+
+
 def _lede(df: pd.DataFrame) -> str:
     """One line on what the board holds: schemes, regimes, texts per setting, keys, lengths, models."""
     t = df[(df["row_type"] == "text") & (df["cell_kind"] == "clean")]
@@ -486,7 +519,8 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
     figs = plots(df, agg, colours)
     regime_info = _regime_descriptions(results)
     cs, refs = M.curves(df), M.references(df)
-    ranks = rankings(df, cs, refs)
+    speed, speed_how = read_speed(results)
+    ranks = rankings(df, cs, refs, speed)
     mt = matched_section(df, colours, regime_info, cs, refs)
     steal = stealing_section(df, colours)
     written = []
@@ -509,6 +543,10 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
         p = out / f"pareto-{_slug(regime)}.svg"
         _atomic_write(p, svg.replace("<svg ", '<svg xmlns="http://www.w3.org/2000/svg" '
                                               'xmlns:xlink="http://www.w3.org/1999/xlink" ', 1))
+        written.append(p)
+    if speed is not None:  # the board ships the measurement its speed column shows
+        p = out / SPEED_FILE
+        _atomic_write(p, (Path(results) / SPEED_FILE).read_text(encoding="utf-8"))
         written.append(p)
     if steal.png:
         for p, data in ((out / "stealing.csv", steal.rows.to_csv(index=False)),
@@ -539,7 +577,7 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
     md = ["## Leaderboard", "", lede + ".", ""]
     if missing:
         md += [note + "; ".join(missing) + ".", ""]
-    md += ["## Ranking per regime", "", RANK_INTRO, "", ranking_md(ranks, regime_info), "### Which to use when", "",
+    md += ["## Ranking per regime", "", RANK_INTRO, "", ranking_md(ranks, regime_info), speed_how, "", "### Which to use when", "",
            advice, "", mt.md, ""] + ([steal.md, ""] if steal.md else []) + ["## Detailed tables", "",
            "Every setting of every sweep; rows sorted by the first column, ★ the best value of each column. ↑ higher is "
            "better, ↓ lower; ± one standard deviation over keys; TPR at a FPR uses the one decision rule score ≥ "
@@ -567,7 +605,7 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
             f'<h1>sketchwm leaderboard</h1><div class="lede">{e(lede)}. <nav>{nav}</nav></div>'
             + (f'<p id="missing" class="notes">{e(note.replace("`", "") + "; ".join(missing))}.</p>' if missing else "")
             + f'<section id="ranking"><h2>Ranking per regime</h2><p class="notes">{e(RANK_INTRO)}</p>'
-            + ranking_html(ranks, colours, regime_info) + "</section>"
+            + ranking_html(ranks, colours, regime_info) + f'<p class="notes" id="speed-source">{e(speed_how)}</p></section>'
             + f'<section id="which"><h2>Which to use when</h2><p>{_bold(e(advice))}</p></section>'
             + mt.html
             + (f'<details id="stealing-details"><summary>Stealing: spoof rate vs N</summary>{steal.html}</details>'

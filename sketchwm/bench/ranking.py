@@ -21,8 +21,10 @@ strengths shows the default's TPR); KL/token of that setting (0 for keyed-noise 
 shows as lost diversity instead); TPR after 30% substitution, insertion and reordering (the results'
 attacks at strength 0.3); distinct-2 across samples of one prompt under one key beside the
 unwatermarked samples', and, in results that record it, the share of pairs of those samples that open
-with the same token; detection throughput; the worst spoof rate over the thieves at the largest
-stolen-sample count, when the results hold spoof cells.
+with the same token; detection throughput (``Detector.detect_batch`` tokens per second, warm and side by
+side on one workload, from ``benchmarks/perf_detect_board.py`` when the results folder holds its
+``detect-speed.json``, else each cell's own cold timing, marked so); the worst spoof rate over the
+thieves at the largest stolen-sample count, when the results hold spoof cells.
 
 Used by :mod:`sketchwm.bench.leaderboard`; the figures come from :mod:`sketchwm.bench.matched`.
 """
@@ -48,6 +50,8 @@ RULE_KL = 0.1
 #: the attack strength of the edit columns, and the families shown (substitution, insertion, reordering)
 EDIT_STRENGTH = 0.3
 EDIT_FAMILIES = ("substitution", "insertion", "reordering")
+#: the detection-throughput column (warm, side by side: ``detect-speed.json``)
+SPEED_COL = "detect tokens/s"
 
 
 @dataclass
@@ -144,14 +148,18 @@ def regime_order(regimes: Any) -> list[str]:
     return sorted(dict.fromkeys(map(str, regimes)), key=lambda r: named.index(r) if r in named else len(named))
 
 
-def rankings(df: pd.DataFrame, cs: list[M.Curve], refs: dict[str, dict[str, M.Estimate]]) -> list[Ranking]:
+def rankings(df: pd.DataFrame, cs: list[M.Curve], refs: dict[str, dict[str, M.Estimate]],
+             speed: dict[str, float] | None = None) -> list[Ranking]:
     """One :class:`Ranking` per regime of ``cs`` (module doc for the rule, the ties and the columns).
 
     Args:
         df: every result row (for throughput and spoof cells); cs: :func:`sketchwm.bench.matched.curves`
-            of it; refs: :func:`sketchwm.bench.matched.references` of it.
+            of it; refs: :func:`sketchwm.bench.matched.references` of it; speed: curve name → detection
+            tokens/s measured side by side (``detect-speed.json``'s ``tokens_per_s``), the same in
+            every regime; None: each cell's own timing (the column is then named ``detect tokens/s (cold)``).
     """
-    speed, spoof = _throughput(df), _spoof(df)
+    cell_speed, spoof = _throughput(df), _spoof(df)
+    speed_col = SPEED_COL if speed is not None else SPEED_COL + " (cold)"
     edits = [f"tpr:{f}@{EDIT_STRENGTH:g}" for f in EDIT_FAMILIES]
     out = []
     for regime in regime_order(c.regime for c in cs):
@@ -174,7 +182,8 @@ def rankings(df: pd.DataFrame, cs: list[M.Curve], refs: dict[str, dict[str, M.Es
             f["diversity"] = p.get("diversity")
             if first_token:
                 f["first-token match"] = p.get("first_token")
-            f["detect tokens/s"] = speed.get((regime, p.label), float("nan"))
+            f[speed_col] = (float(speed.get(c.name, float("nan"))) if speed is not None
+                            else cell_speed.get((regime, p.label), float("nan")))
             if spoof:
                 f["spoof rate"] = spoof.get((regime, c.name), (M.NA, ""))
             pfloor = min((q.get("pmin").mean for q in c.points if q.get("pmin").ok), default=0.0) > 0.01
