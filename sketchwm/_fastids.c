@@ -24,6 +24,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The hot loops below are compiled three times on x86-64 (GCC: AVX-512 as in x86-64-v4, AVX2, and
+ * the baseline SSE2; clang: AVX2 and the baseline) and the CPU's best is chosen when the module loads.
+ * Only integer loops are cloned, so every clone gives the same bits. */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && !defined(__clang__) && !defined(__INTEL_COMPILER)
+#define FASTIDS_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#elif defined(__x86_64__) && defined(__linux__) && defined(__clang__)
+#define FASTIDS_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define FASTIDS_CLONES
+#endif
+
 #if !defined(_WIN32) && !defined(Py_GIL_DISABLED)
 #include <pthread.h>
 #define FASTIDS_THREADS 1
@@ -189,12 +200,9 @@ static inline uint32_t keyed_bits_u(uint64_t c, uint32_t l32, uint32_t h32, uint
 }
 
 /* The keyed PRF of n counters into out (pass 2 of green_counts): no branch, so the compiler
- * vectorises it; on x86-64 with GCC or clang an AVX2 clone is chosen at load time where the CPU has
- * it (8 lanes of 32-bit multiplies; the baseline SSE2 has no 32-bit vector multiply). Same bits. */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(__INTEL_COMPILER)
-__attribute__((target_clones("avx2", "default")))
-#endif
-static void keyed_bits_span(const uint64_t *c, uint32_t *out, Py_ssize_t n, uint32_t l32, uint32_t h32, uint32_t s32) {
+ * vectorises it (FASTIDS_CLONES: 8 or 16 lanes of 32-bit multiplies where the CPU has AVX2 or AVX-512;
+ * the baseline SSE2 has no 32-bit vector multiply). Same bits. */
+FASTIDS_CLONES static void keyed_bits_span(const uint64_t *c, uint32_t *out, Py_ssize_t n, uint32_t l32, uint32_t h32, uint32_t s32) {
     for (Py_ssize_t i = 0; i < n; i++) out[i] = keyed_bits_u(c[i], l32, h32, s32);
 }
 
@@ -418,22 +426,30 @@ static PyObject *gumbel_scores(PyObject *self, PyObject *args) {
  * its index) adds its row masked to zero. The branch this replaces (first copy or not) is unpredictable
  * on text, whose ids repeat at random. */
 #define DISTINCT_ROWS(NAME, ACC, COLS)                                                                      \
-static void NAME(const int64_t *ids, const uint8_t *valid, Py_ssize_t B, Py_ssize_t N, Py_ssize_t V,        \
-                 const int8_t *tab, Py_ssize_t KK, const int8_t *keep, int64_t *T, int64_t *n, int32_t *stamp) { \
+FASTIDS_CLONES static void NAME(const int64_t *ids, const uint8_t *valid, const int64_t *rows, Py_ssize_t B,   \
+                 Py_ssize_t N, Py_ssize_t V, const int8_t *tab, Py_ssize_t KK, const int8_t *keep, int64_t *T,     \
+                 int64_t *n, int32_t *stamp) {                                                                \
     int32_t acc[ACC];                                                                                         \
-    for (Py_ssize_t b = 0; b < B; b++) {                                                                      \
-        const int64_t *x = ids + b * N;                                                                       \
-        const uint8_t *ok = valid + b * N;                                                                    \
+    int16_t part[ACC];                                                                                        \
+    for (Py_ssize_t b = 0; b < B; b++) {  /* output b: text rows[b] of ids (rows NULL: text b) */           \
+        Py_ssize_t t = rows ? (Py_ssize_t)rows[b] : b;                                                        \
+        const int64_t *x = ids + t * N;                                                                       \
+        const uint8_t *ok = valid + t * N;                                                                    \
         int32_t kept = 0;                                                                                     \
         for (Py_ssize_t k = 0; k < (COLS); k++) acc[k] = 0;                                                   \
-        for (Py_ssize_t j = 0; j < N; j++) {                                                                  \
-            int64_t v = x[j];                                                                                 \
-            v = (ok[j] && v >= 0 && v < V) ? v : V;                                                           \
-            int8_t m = (int8_t)-(stamp[v] != (int32_t)b); /* 0xff on a first copy, else 0 */                 \
-            stamp[v] = (int32_t)b;                                                                            \
-            const int8_t *row = tab + v * (COLS);                                                             \
-            for (Py_ssize_t k = 0; k < (COLS); k++) acc[k] += (int8_t)(row[k] & m);                           \
-            kept += keep[v] & m;                                                                              \
+        for (Py_ssize_t j0 = 0; j0 < N; j0 += 256) {  /* 256 rows of |entry| <= 127 fit int16 partial sums */ \
+            Py_ssize_t j1 = j0 + 256 < N ? j0 + 256 : N;                                                      \
+            for (Py_ssize_t k = 0; k < (COLS); k++) part[k] = 0;                                              \
+            for (Py_ssize_t j = j0; j < j1; j++) {                                                            \
+                int64_t v = x[j];                                                                             \
+                v = (ok[j] && v >= 0 && v < V) ? v : V;                                                       \
+                int8_t m = (int8_t)-(stamp[v] != (int32_t)b); /* 0xff on a first copy, else 0 */             \
+                stamp[v] = (int32_t)b;                                                                        \
+                const int8_t *row = tab + v * (COLS);                                                         \
+                for (Py_ssize_t k = 0; k < (COLS); k++) part[k] = (int16_t)(part[k] + (int8_t)(row[k] & m)); \
+                kept += keep[v] & m;                                                                          \
+            }                                                                                                 \
+            for (Py_ssize_t k = 0; k < (COLS); k++) acc[k] += part[k];                                        \
         }                                                                                                     \
         for (Py_ssize_t k = 0; k < (COLS); k++) T[b * (COLS) + k] = acc[k];                                   \
         n[b] = kept;                                                                                          \
@@ -444,21 +460,28 @@ DISTINCT_ROWS(distinct_rows_16, 16, 16)
 DISTINCT_ROWS(distinct_rows_32, 32, 32)
 DISTINCT_ROWS(distinct_rows_48, 48, 48)
 
-/* distinct_sums(ids, valid, B, N, V, table, K, keep, T, n): per text, the sums of the K int8 columns of
- * table ((V + 1) x K, row-major) and of keep (int8, V + 1) over the text's distinct valid ids -- the
- * presence statistic of K directions sharing one Count-Sketch (sketchwm.components.distinct_token_sums
- * with a 2-D table) in one pass (distinct_rows; K = 16, 32 and 48, a family's members, decoys or both,
- * have their own unrolled loops). ids: int64 (B*N) in [0, V) where valid; valid: uint8 (B*N); T:
- * writable int64 (B*K); n: writable int64 (B). Raises ValueError on wrong buffer sizes, MemoryError. */
+/* distinct_sums(ids, valid, B, N, V, table, K, keep, T, n[, rows]): per text, the sums of the K int8
+ * columns of table ((V + 1) x K, row-major) and of keep (int8, V + 1) over the text's distinct valid
+ * ids -- the presence statistic of K directions sharing one Count-Sketch
+ * (sketchwm.components.distinct_token_sums with a 2-D table) in one pass (distinct_rows; K = 16, 32
+ * and 48, a family's members, decoys or both, have their own unrolled loops). ids: int64 (B*N) in
+ * [0, V) where valid; valid: uint8 (B*N); rows: int64 (R) indices in [0, B) of the texts to sum (absent
+ * or empty: all B, R = B); T: writable int64 (R*K); n: writable int64 (R), in the order of rows.
+ * Raises ValueError on wrong buffer sizes or a row outside [0, B), MemoryError. */
 static PyObject *distinct_sums(PyObject *self, PyObject *args) {
-    Py_buffer bid, bva, btab, bkeep, bT, bn;
+    Py_buffer bid, bva, btab, bkeep, bT, bn, brows = {0};
     Py_ssize_t B, N, V, K;
-    if (!PyArg_ParseTuple(args, "y*y*nnny*ny*w*w*", &bid, &bva, &B, &N, &V, &btab, &K, &bkeep, &bT, &bn))
+    if (!PyArg_ParseTuple(args, "y*y*nnny*ny*w*w*|y*", &bid, &bva, &B, &N, &V, &btab, &K, &bkeep, &bT, &bn, &brows))
         return NULL;
     int rc = 0;
+    const int64_t *rows = brows.buf != NULL && brows.len > 0 ? (const int64_t *)brows.buf : NULL;
+    Py_ssize_t R = rows ? brows.len / 8 : B;
+    int rows_ok = rows == NULL || brows.len % 8 == 0;
+    for (Py_ssize_t r = 0; rows && rows_ok && r < R; r++) rows_ok = rows[r] >= 0 && rows[r] < B;
     if (bid.len != B * N * 8 || bva.len != B * N || btab.len != (V + 1) * K || bkeep.len != V + 1 ||
-        bT.len != B * K * 8 || bn.len != B * 8 || K < 1 || K > 4096 || B >= 2147483647 || V >= 2147483647) {
-        PyErr_SetString(PyExc_ValueError, "distinct_sums: wrong buffer sizes");
+        bT.len != R * K * 8 || bn.len != R * 8 || K < 1 || K > 4096 || R >= 2147483647 || V >= 2147483647 ||
+        !rows_ok) {
+        PyErr_SetString(PyExc_ValueError, "distinct_sums: wrong buffer sizes or a row outside the texts");
         rc = 1;
     } else {
         Py_BEGIN_ALLOW_THREADS
@@ -471,10 +494,10 @@ static PyObject *distinct_sums(PyObject *self, PyObject *args) {
             const int8_t *tab = (const int8_t *)btab.buf, *keep = (const int8_t *)bkeep.buf;
             int64_t *T = (int64_t *)bT.buf, *n = (int64_t *)bn.buf;
             for (Py_ssize_t v = 0; v <= V; v++) stamp[v] = -1;
-            if (K == 16) distinct_rows_16(ids, valid, B, N, V, tab, 16, keep, T, n, stamp);
-            else if (K == 32) distinct_rows_32(ids, valid, B, N, V, tab, 32, keep, T, n, stamp);
-            else if (K == 48) distinct_rows_48(ids, valid, B, N, V, tab, 48, keep, T, n, stamp);
-            else distinct_rows_any(ids, valid, B, N, V, tab, K, keep, T, n, stamp);
+            if (K == 16) distinct_rows_16(ids, valid, rows, R, N, V, tab, 16, keep, T, n, stamp);
+            else if (K == 32) distinct_rows_32(ids, valid, rows, R, N, V, tab, 32, keep, T, n, stamp);
+            else if (K == 48) distinct_rows_48(ids, valid, rows, R, N, V, tab, 48, keep, T, n, stamp);
+            else distinct_rows_any(ids, valid, rows, R, N, V, tab, K, keep, T, n, stamp);
         }
         free(stamp);
         Py_END_ALLOW_THREADS
@@ -482,6 +505,7 @@ static PyObject *distinct_sums(PyObject *self, PyObject *args) {
     }
     PyBuffer_Release(&bid); PyBuffer_Release(&bva); PyBuffer_Release(&btab); PyBuffer_Release(&bkeep);
     PyBuffer_Release(&bT); PyBuffer_Release(&bn);
+    if (brows.obj != NULL) PyBuffer_Release(&brows);
     if (rc != 0) return NULL;
     Py_RETURN_NONE;
 }
@@ -494,7 +518,7 @@ static PyMethodDef methods[] = {
     {"gumbel_scores", gumbel_scores, METH_VARARGS,
      "gumbel_scores(ids, valid, B, N, offsets, ordered, V, seed_lo, seed_hi, stream_word, keep, s, n): Aaronson's score over distinct (context, token) pairs of kept tokens, per text."},
     {"distinct_sums", distinct_sums, METH_VARARGS,
-     "distinct_sums(ids, valid, B, N, V, table, K, keep, T, n): sums of K int8 columns and of keep over each text's distinct ids."},
+     "distinct_sums(ids, valid, B, N, V, table, K, keep, T, n[, rows]): sums of K int8 columns and of keep over each (selected) text's distinct ids."},
     {"green_counts", green_counts, METH_VARARGS,
      "green_counts(ids, valid, B, N, offsets, ordered, V, seed_lo, seed_hi, stream_word, gamma, g, n): "
      "green and distinct (context hash, token) pair counts per text."},

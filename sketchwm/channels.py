@@ -19,7 +19,9 @@ schemes that combine them by another rule (the key family of ``global-sketch-fam
 
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol
 
@@ -154,6 +156,20 @@ class ComposedScheme(WatermarkScheme):
             part.begin(batch_size, gen_length, prompt_ids, prompt_mask)
 
 
+#: ids from which :meth:`CombinedScheme.channel_scores` scores the channels on threads of their own
+CONCURRENT_IDS = 1 << 16
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _channel_pool(workers: int) -> ThreadPoolExecutor:
+    """A process-wide pool of at least ``workers`` threads for whole channels (apart from the detectors'
+    own row-slice pool, whose tasks a channel waits for: one pool for both could deadlock)."""
+    global _POOL
+    if _POOL is None or _POOL._max_workers < workers:
+        _POOL = ThreadPoolExecutor(workers, thread_name_prefix="sketchwm-channel")
+    return _POOL
+
+
 class CombinedScheme(ComposedScheme):
     """A watermark made of channels, tested by the weighted Bonferroni bound over their p-values.
 
@@ -270,10 +286,22 @@ class CombinedScheme(ComposedScheme):
     def channel_scores(self, ids: torch.Tensor, valid: torch.Tensor) -> tuple[SchemeScores, ...]:
         """Each channel's own scores for ids (B, N) int64 with valid (B, N) bool, in :attr:`channels` order.
 
+        On the CPU with several torch threads and at least :data:`CONCURRENT_IDS` ids, the channels are
+        scored at once on threads of their own: their detectors' C passes release the GIL, so one
+        channel's passes run while another holds it for its numpy steps (each channel's scores are
+        the same either way). Each thread runs in a copy of the caller's context, so the enclosing
+        :func:`sketchwm.components.one_batch` summary is shared.
+
         Raises:
-            InputError: ids outside [0, V), or a text shorter than a channel's minimum.
+            InputError: ids outside [0, V), or a text shorter than a channel's minimum (the first
+                channel's error, in :attr:`channels` order, when several fail).
         """
-        return tuple(c.scheme.score_ids(ids, valid) for c in self.channels)
+        workers = min(len(self.channels), torch.get_num_threads())
+        if workers < 2 or ids.device.type != "cpu" or ids.numel() < CONCURRENT_IDS:
+            return tuple(c.scheme.score_ids(ids, valid) for c in self.channels)
+        pool = _channel_pool(workers)
+        futures = [pool.submit(contextvars.copy_context().run, c.scheme.score_ids, ids, valid) for c in self.channels]
+        return tuple(f.result() for f in futures)  # in order: the first channel's error is raised first
 
     def channel_weights(self, scores: Sequence[SchemeScores], valid: torch.Tensor) -> list[float | torch.Tensor]:
         """Each channel's share of α, in :attr:`channels` order: floats or (B,) float64 tensors.

@@ -230,3 +230,34 @@ def test_a_channel_reads_between_refreshes_what_it_declared_not_what_another_cha
     assert channel_step(green, step) is step
     full = dataclasses.replace(step, marginals=dataclasses.replace(partial, complete=True))
     assert channel_step(sketch, full) is full
+
+
+def test_channels_scored_on_threads_of_their_own_give_the_sequential_scores(monkeypatch):
+    """The default scored with its channels on concurrent threads (several torch threads, a large batch)
+    gives every statistic of the one-thread path bit for bit, and a bad batch raises the same error."""
+    import sketchwm.channels as channels
+    from sketchwm.errors import InputError
+
+    sketch = {"prior": {"source": "uniform"}}
+    scheme = get_registry().create("scheme", "global-sketch-green", {"sketch": sketch}, KEY, V)
+    g = torch.Generator().manual_seed(4)
+    ids = torch.randint(0, V, (64, 40), generator=g)
+    valid = torch.rand(64, 40, generator=g) > 0.1
+    seq = scheme.score_ids(ids, valid)  # one torch thread here (module fixture): the sequential path
+    calls = []
+    real = channels._channel_pool
+    monkeypatch.setattr(channels, "_channel_pool", lambda w: calls.append(w) or real(w))
+    monkeypatch.setattr(channels, "CONCURRENT_IDS", 1)
+    torch.set_num_threads(2)
+    try:
+        conc = scheme.score_ids(ids, valid)
+        with pytest.raises(InputError, match="outside"):
+            scheme.score_ids(torch.where(ids == 3, V + 5, ids), valid | True)
+    finally:
+        torch.set_num_threads(1)
+    assert calls, "the concurrent path did not run"
+    for f in ("score", "z", "p_value", "n_scored"):
+        assert torch.equal(getattr(seq, f), getattr(conc, f)), f
+    assert seq.p_value_method == conc.p_value_method
+    for name, (p, z) in seq.channels.items():
+        assert torch.equal(p, conc.channels[name][0]) and torch.equal(z, conc.channels[name][1]), name

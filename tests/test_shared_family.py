@@ -83,6 +83,34 @@ def test_distinct_sums_of_many_columns_match_the_torch_reference(with_c, K, monk
     T, n = token_sums.distinct_token_sums(ids, valid, table, keep)
     T_ref, n_ref = token_sums._distinct_token_sums_torch(ids, valid, table, keep)
     assert T.shape == (600, K) and torch.equal(T, T_ref) and torch.equal(n, n_ref)
+    rows = np.array([599, 3, 3, 0, 417] + list(range(100, 400, 7)), dtype=np.int64)  # any order, repeats
+    T_r, n_r = token_sums.distinct_token_sums(ids, valid, table, keep, rows=rows)
+    assert torch.equal(T_r, T_ref[rows]) and torch.equal(n_r, n_ref[rows])
+    if with_c:  # a row outside the texts is refused by the C pass, not read
+        with pytest.raises(ValueError, match="outside"):
+            token_sums._distinct_table_sums_c(ids, valid, table, keep, np.array([600]))
+
+
+@pytest.mark.parametrize("K", [7, 16, 32, 48])
+def test_distinct_sums_of_long_texts_at_the_table_extremes(K):
+    """Texts longer than one 256-row block of the C pass, of distinct ids whose entries are all +127 (or
+    all -127, or -128): sums far beyond int16 (the pass's partial sums per block) equal the torch reference."""
+    if token_sums._distinct_sums is None:
+        pytest.skip("the C extension is not built here")
+    g = torch.Generator().manual_seed(2)
+    V, N = 3000, 1100
+    for fill in (127, -127, -128):
+        table = torch.full((V + 1, K), fill, dtype=torch.int8)
+        table[V] = 0
+        keep = torch.ones(V + 1, dtype=torch.int8)
+        keep[V] = 0
+        ids = torch.stack([torch.randperm(V, generator=g)[:N] for _ in range(3)])  # distinct ids: every row counts
+        ids[2, 600:] = ids[2, :500]  # repeats after the first blocks: counted once
+        valid = torch.ones_like(ids, dtype=torch.bool)
+        T, n = token_sums.distinct_token_sums(ids, valid, table, keep)
+        T_ref, n_ref = token_sums._distinct_token_sums_torch(ids, valid, table, keep)
+        assert torch.equal(T, T_ref) and torch.equal(n, n_ref)
+        assert int(T[0, 0]) == fill * N and int(T[2, 0]) == fill * 600
 
 
 def test_each_text_is_tilted_along_its_own_member_in_one_batch(tiny):

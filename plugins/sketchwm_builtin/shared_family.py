@@ -99,14 +99,17 @@ class SharedMemberStats:
             e = np.exp(-np.square(x) / (2.0 * (np.maximum(var, 1e-12) + b * x / 3.0)))
         return np.where(x > 0, np.minimum(e, 1.0), 1.0)
 
-    def _sums(self, ids: torch.Tensor, valid: torch.Tensor, table: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """T (B, C) int64 of the columns of ``table`` (V + 1, C) int8 and n_d (B,) int64 for ids (B, N)
-        in [0, V) where valid (B, N) bool: one pass over each text's distinct tokens (presence), or its
-        first ``cap`` copies of each (capped)."""
+    def _sums(self, ids: torch.Tensor, valid: torch.Tensor, table: torch.Tensor,
+              rows: np.ndarray | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """T (R, C) int64 of the columns of ``table`` (V + 1, C) int8 and n_d (R,) int64 for ids (B, N)
+        in [0, V) where valid (B, N) bool, rows ``rows`` (R,) int64 (None: all, R = B): one pass over
+        each text's distinct tokens (presence), or its first ``cap`` copies of each (capped)."""
         if self.shared.sketch.counting == "capped":  # T = Σ_v c_i(v) min(c_v, k): the first k copies of each id
+            if rows is not None:  # numpy's row gather: a torch index op would start torch's thread pool
+                ids, valid = torch.from_numpy(ids.numpy()[rows]), torch.from_numpy(valid.numpy()[rows])
             tok, x = self.shared.sketch.sparse_weights(ids, valid)  # (B, N), (B, N)
             return (table.to(torch.float64)[tok] * x.double()[..., None]).sum(1).round().long(), x.sum(1).round().long()
-        return distinct_token_sums(ids, valid, table, self._keep)
+        return distinct_token_sums(ids, valid, table, self._keep, rows=rows)
 
     def scores(self, ids: torch.Tensor, valid: torch.Tensor, every: bool = False,
                decoys_where_fam_below_one: bool = False) -> tuple[torch.Tensor, ...]:
@@ -147,10 +150,8 @@ class SharedMemberStats:
             z = np.concatenate([z, np.zeros((M, T.shape[0]))])  # (K + M, B): decoys 0 where not needed
             need = np.flatnonzero(K * p[best, cols] < 1.0)
             if len(need):
-                # numpy's row gather: a torch index op here is a parallel region, after which torch's
-                # OpenMP workers spin and hold the cores the sums' threads need (docs/speed.md)
-                sub_ids, sub_valid = torch.from_numpy(ids.numpy()[need]), torch.from_numpy(valid.numpy()[need])
-                Td = self._sums(sub_ids, sub_valid, self._split[1])[0].numpy().astype(np.float64).T  # (M, b)
+                # the rows read in place by the C pass (no gathered copy of the ids)
+                Td = self._sums(ids, valid, self._split[1], rows=need)[0].numpy().astype(np.float64).T  # (M, b)
                 mu_d, var_d = self._moments(ln[need], slice(K, K + M))  # (M, b) each
                 z[K:, need] = (Td - mu_d) / np.sqrt(np.maximum(var_d, 1e-12))
         zt = torch.from_numpy(z)

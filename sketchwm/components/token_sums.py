@@ -179,7 +179,7 @@ def check_token_ids(ids: torch.Tensor, valid: torch.Tensor, vocab_size: int) -> 
 
 
 def distinct_token_sums(ids: torch.Tensor, valid: torch.Tensor, values: torch.Tensor, keep: torch.Tensor,
-                        chunk: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
+                        chunk: int = 256, rows: np.ndarray | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row, Σ values[v] and Σ keep[v] over the row's *distinct* valid token ids v (``values`` may
     hold K columns, one table per key of a family, summed in the same pass).
 
@@ -195,17 +195,22 @@ def distinct_token_sums(ids: torch.Tensor, valid: torch.Tensor, values: torch.Te
         values: (V + 1,) or (V + 1, K) table, row V = 0 (padding); an integer dtype gives exact int64
             sums, a float dtype float64 sums.
         keep: (V + 1,) int8/bool table, entry V = 0.
+        rows: (R,) int64 indices in [0, B) of the rows to sum, in the order wanted (None: every row).
+            The C pass reads them in place; the other paths gather them first.
 
     Returns:
-        (B,) or (B, K) sums of ``values`` (int64 or float64) and (B,) int64 sums of ``keep``.
+        (R,) or (R, K) sums of ``values`` (int64 or float64) and (R,) int64 sums of ``keep`` (R = B
+        without ``rows``).
     """
     V = values.shape[0] - 1
-    B, N = ids.shape
     integral = not values.dtype.is_floating_point
+    if values.dim() == 2 and values.dtype == torch.int8 and _distinct_sums is not None and ids.device.type == "cpu":
+        return _distinct_table_sums_c(ids, valid, values, keep, rows)
+    if rows is not None:  # numpy's row gather (a torch index op would start torch's thread pool)
+        ids, valid = torch.from_numpy(ids.numpy()[rows]), torch.from_numpy(valid.numpy()[rows])
+    B, N = ids.shape
     if ids.device.type != "cpu":
         return _distinct_token_sums_torch(ids, valid, values, keep)
-    if values.dim() == 2 and values.dtype == torch.int8 and _distinct_sums is not None:
-        return _distinct_table_sums_c(ids, valid, values, keep)
     ids_np, valid_np = ids.numpy(), valid.numpy()
     vals_np, keep_np = values.numpy(), keep.to(torch.int8).numpy()
     all_valid = bool(valid_np.all())  # numpy: no torch thread spin-wait (see ids_summary)
@@ -246,21 +251,27 @@ def distinct_token_sums(ids: torch.Tensor, valid: torch.Tensor, values: torch.Te
     return torch.from_numpy(T), torch.from_numpy(n)
 
 
-def _distinct_table_sums_c(ids: torch.Tensor, valid: torch.Tensor, values: torch.Tensor,
-                           keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _distinct_table_sums_c(ids: torch.Tensor, valid: torch.Tensor, values: torch.Tensor, keep: torch.Tensor,
+                           rows: np.ndarray | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`distinct_token_sums` of an int8 (V + 1, K) table on CPU in the C extension: one pass per
-    text, first copies marked by a per-id stamp (no sort). Returns (B, K) int64 and (B,) int64."""
+    text, first copies marked by a per-id stamp (no sort); ``rows`` (R,) read in place. Returns (R, K)
+    int64 and (R,) int64."""
     B, N = ids.shape
     V1, K = values.shape
     ids_c = ids.contiguous().numpy().astype(np.int64, copy=False)
     valid_c = np.ascontiguousarray(valid.numpy()).view(np.uint8)  # bool as uint8, no copy
-    T, n = np.empty((B, K), np.int64), np.empty(B, np.int64)
+    sel = None if rows is None else np.ascontiguousarray(rows, dtype=np.int64)
+    R = B if sel is None else len(sel)
+    T, n = np.empty((R, K), np.int64), np.empty(R, np.int64)
     tab, kp = values.contiguous().numpy(), np.ascontiguousarray(keep.to(torch.int8).numpy())
 
-    def run(lo: int, hi: int) -> None:  # the extension releases the GIL: row slices run on threads
-        _distinct_sums(ids_c[lo:hi], valid_c[lo:hi], hi - lo, N, V1 - 1, tab, K, kp, T[lo:hi], n[lo:hi])
+    def run(lo: int, hi: int) -> None:  # the extension releases the GIL: slices of the outputs run on threads
+        if sel is None:
+            _distinct_sums(ids_c[lo:hi], valid_c[lo:hi], hi - lo, N, V1 - 1, tab, K, kp, T[lo:hi], n[lo:hi])
+        elif hi > lo:
+            _distinct_sums(ids_c, valid_c, B, N, V1 - 1, tab, K, kp, T[lo:hi], n[lo:hi], sel[lo:hi])
 
-    _over_row_slices(B, 256, run)
+    _over_row_slices(R, 256, run)
     return torch.from_numpy(T), torch.from_numpy(n)
 
 
