@@ -7,7 +7,9 @@ batches; the decision rule, thresholds and calibration stay in :mod:`sketchwm.de
 
 from __future__ import annotations
 
+import importlib
 import itertools
+import threading
 from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
@@ -87,6 +89,9 @@ class InputPaths:
                 yield off, lists, errs
                 off += len(texts)
 
+        # the p-values' special functions (scipy.special, a few tenths of a second to import) load on a
+        # thread of their own while the first batch is tokenised, instead of after it
+        threading.Thread(target=_import_quietly, args=("scipy.special",), name="sketchwm-preload", daemon=True).start()
         for off, lists, errs in prefetch(tokenized(), depth=2):
             yield self.detect_ids(lists, per_item=per_item, index_offset=off, _errors=errs)
 
@@ -222,3 +227,11 @@ class InputPaths:
                 channels[name][0][idx], channels[name][1][idx] = cp.cpu().double(), cz.cpu().double()
             method = s.p_value_method
         return method
+
+
+def _import_quietly(name: str) -> None:
+    """Import module ``name`` (a preload: a failure here is left to the import that needs it)."""
+    try:
+        importlib.import_module(name)
+    except Exception:  # noqa: BLE001 - the real import raises it where it matters
+        pass

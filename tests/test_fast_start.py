@@ -42,6 +42,11 @@ def test_a_cache_hit_gives_the_transformers_tokenizers_ids_vocabulary_and_specia
     assert isinstance(fast, DeferredTokenizer)
     ref = default_tokenizer
     assert tokenizer_fingerprint(fast) == tokenizer_fingerprint(ref)
+    # the fingerprint and the placeholder ids come from the facts, equal to the full vocabulary's
+    from sketchwm_builtin.backends.hf_masked_lm import special_token_ids
+
+    assert fast.vocab_fingerprint == tokenizer_fingerprint(ref) and fast.placeholder_ids
+    assert special_token_ids(fast, cfg2.vocab_size) == special_token_ids(ref, cfg1.vocab_size)
     assert fast.get_vocab() == ref.get_vocab() and len(fast) == len(ref)
     assert fast.mask_token_id == ref.mask_token_id and fast.all_special_ids == list(ref.all_special_ids)
     assert (cfg2.vocab_size, cfg2.max_position_embeddings) == (cfg1.vocab_size, cfg1.max_position_embeddings)

@@ -18,8 +18,13 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     """16-hex SHA-256 of a tokenizer's vocabulary (token → id), used to refuse a wrong tokenizer.
 
     Computed once per tokenizer object and vocabulary size (a vocabulary of 10^5 tokens takes a
-    noticeable part of a command's start-up; adding tokens changes the size and recomputes it).
+    noticeable part of a command's start-up; adding tokens changes the size and recomputes it). A
+    tokenizer that carries the fingerprint its full vocabulary was found to have (``vocab_fingerprint``,
+    as the fast-start tokenizer of the built-in backends does) is read, not recomputed.
     """
+    known = tokenizer.__dict__.get("vocab_fingerprint") if hasattr(tokenizer, "__dict__") else None
+    if isinstance(known, str) and known:
+        return known
     size = len(tokenizer) if hasattr(tokenizer, "__len__") else None
     try:
         cached = _FINGERPRINTS.get(tokenizer)

@@ -36,7 +36,7 @@ __all__ = ["DeferredTokenizer", "load_tokenizer_and_config", "files_digest", "au
 #: files whose bytes decide what ``AutoTokenizer``/``AutoConfig`` build from a directory
 _FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "config.json",
           "vocab.txt", "vocab.json", "merges.txt", "chat_template.jinja", "chat_template.json")
-_VERSION = 1  # of the facts' layout
+_VERSION = 2  # of the facts' layout
 
 
 def auto_load(path: str) -> tuple[Any, Any]:
@@ -116,7 +116,9 @@ class DeferredTokenizer:
 
     Attributes served here: ``is_fast`` (True), ``backend_tokenizer``, ``mask_token_id``,
     ``all_special_ids``, ``chat_template``, ``name_or_path``, ``get_vocab()``, ``len()``,
-    ``encode(text, add_special_tokens=False)``. Any other attribute, and calling the tokenizer,
+    ``encode(text, add_special_tokens=False)``, and two facts computed once from the full tokenizer:
+    ``vocab_fingerprint`` (:func:`sketchwm.components.tokenizer_fingerprint`) and ``placeholder_ids``
+    (:func:`placeholder_ids` of its vocabulary). Any other attribute, and calling the tokenizer,
     builds the ``transformers`` tokenizer from ``path`` once and delegates to it.
     """
 
@@ -129,6 +131,8 @@ class DeferredTokenizer:
         self.all_special_ids = list(facts["all_special_ids"])
         self.chat_template = facts["chat_template"]
         self.name_or_path = path
+        self.vocab_fingerprint: str = facts["vocab_fingerprint"]
+        self.placeholder_ids: list[int] = list(facts["placeholder_ids"])
 
     def full(self) -> Any:
         """The ``transformers`` tokenizer of the directory (built on first call).
@@ -194,9 +198,20 @@ def load_tokenizer_and_config(path: str) -> tuple[Any, Any]:
     return tok, cfg
 
 
+def placeholder_ids(vocab: dict[str, int]) -> list[int]:
+    """Sorted ids of the bracketed placeholder tokens of a vocabulary (``[unused12]``, ``<extra_id_0>``):
+    never trained as targets, so a backend bans them with the special tokens."""
+    import re
+
+    pattern = re.compile(r"\[unused\d+\]|<extra_id_\d+>")
+    return sorted(int(i) for tok, i in vocab.items() if pattern.fullmatch(tok))
+
+
 def _write_facts(cache: Path, tok: Any, cfg: Any) -> None:
     """Record the facts of a freshly loaded tokenizer and config (best effort)."""
     try:
+        from sketchwm.components import tokenizer_fingerprint
+
         chat = getattr(tok, "chat_template", None)
         facts = {
             "version": _VERSION,
@@ -205,6 +220,8 @@ def _write_facts(cache: Path, tok: Any, cfg: Any) -> None:
             "all_special_ids": [int(i) for i in tok.all_special_ids if i is not None],
             "len": int(len(tok)),
             "chat_template": chat if isinstance(chat, str) else None,
+            "vocab_fingerprint": tokenizer_fingerprint(tok),
+            "placeholder_ids": placeholder_ids(tok.get_vocab()),
             "config": {k: getattr(cfg, k) for k in ("vocab_size", "max_position_embeddings", "model_type", "_name_or_path")
                        if isinstance(getattr(cfg, k, None), (int, str))},
         }

@@ -8,7 +8,6 @@ MDLM/LLaDA). Loads only from a local directory; never downloads.
 from __future__ import annotations
 
 import os
-import re
 from typing import Any, Literal, Sequence
 
 import torch
@@ -18,7 +17,7 @@ from sketchwm.components import DLMBackend
 from sketchwm.config import StrictModel
 from sketchwm.errors import ConfigError, ModelFileError
 
-from .fast_start import load_tokenizer_and_config, quiet_transformers
+from .fast_start import DeferredTokenizer, load_tokenizer_and_config, placeholder_ids, quiet_transformers
 
 #: model types that compute position ids from the pad token themselves
 _SELF_POSITIONED = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "longformer", "data2vec-text", "roberta-prelayernorm"}
@@ -33,11 +32,11 @@ def resolve_device(device: str) -> torch.device:
 
 
 def special_token_ids(tokenizer: Any, vocab_size: int) -> list[int]:
-    """Ids of special tokens and bracketed placeholders like ``[unused12]`` / ``<extra_id_0>``."""
+    """Ids of special tokens and bracketed placeholders like ``[unused12]`` / ``<extra_id_0>``
+    (:func:`placeholder_ids`; read from the facts of a :class:`DeferredTokenizer`, no vocabulary scan)."""
     ids = set(int(i) for i in getattr(tokenizer, "all_special_ids", []) if i is not None)
-    for tok, i in tokenizer.get_vocab().items():
-        if re.fullmatch(r"\[unused\d+\]|<extra_id_\d+>", tok):
-            ids.add(int(i))
+    known = tokenizer.placeholder_ids if isinstance(tokenizer, DeferredTokenizer) else None
+    ids.update(known if known is not None else placeholder_ids(tokenizer.get_vocab()))
     return sorted(i for i in ids if 0 <= i < vocab_size)
 
 
