@@ -367,30 +367,32 @@ def _regime_descriptions(results: str | os.PathLike) -> dict[str, str]:
 
 
 def _missing(results: str | os.PathLike, df: pd.DataFrame) -> list[str]:
-    """Settings the run's recorded ``config.json`` plans that have no rows in ``df`` (a run stopped early).
+    """Settings that the grids recorded in the results folder plan (``config.json`` and the
+    ``config-*.json`` of other grids run into it) and that have no rows in ``df`` (a run stopped early).
 
-    Returns one ``"scheme · regime (n of m cells)"`` line per incomplete setting, sorted; empty when
-    the config is absent or unreadable (the board then shows what it has, and says nothing)."""
+    Returns one ``"scheme · regime (n of m cells)"`` line per incomplete setting, sorted (a cell that
+    two grids share is counted once); empty when no config can be read (the board then shows what it
+    has, and says nothing). A config naming plugins not installed here is skipped."""
     from .config import BenchConfig
     from .runner import bench_registry, plan
 
-    f = Path(results) / "config.json"
-    try:
-        cfg = BenchConfig.model_validate_json(f.read_text(encoding="utf-8"))
-        units = plan(cfg, bench_registry())
-    except Exception:  # noqa: BLE001 - no config, or one naming plugins not installed here
-        return []
+    registry = bench_registry()
     have = set(df["cell_hash"].astype(str))
     # rows without a version were hashed under an older cell identity: their cells cannot be matched here
     old = {k for k, v in scheme_versions(df).items() if UNVERSIONED in v}
-    todo: dict[tuple[str, str], list[int]] = {}
-    for u, cells in units:
-        if u.scheme_name in old:
+    todo: dict[tuple[str, str], dict[str, bool]] = {}
+    for f in sorted(Path(results).glob("config*.json")):
+        try:
+            cfg = BenchConfig.model_validate_json(f.read_text(encoding="utf-8"))
+            units = plan(cfg, registry)
+        except Exception:  # noqa: BLE001 - unreadable, or naming plugins not installed here
             continue
-        n = todo.setdefault((u.scheme, cfg.regime_list[u.regime].name), [0, 0])
-        n[0] += sum(c.hash not in have for c in cells)
-        n[1] += len(cells)
-    return [f"{s} · {r} ({a} of {b} cells)" for (s, r), (a, b) in sorted(todo.items()) if a]
+        for u, cells in units:
+            if u.scheme_name in old:
+                continue
+            seen = todo.setdefault((u.scheme, cfg.regime_list[u.regime].name), {})
+            seen.update({c.hash: c.hash not in have for c in cells})
+    return [f"{s} · {r} ({sum(v.values())} of {len(v)} cells)" for (s, r), v in sorted(todo.items()) if any(v.values())]
 
 
 #: the version shown for rows written before schemes carried one (no ``scheme_version`` column)
@@ -603,7 +605,9 @@ def build_leaderboard(results: str | os.PathLike, out: str | os.PathLike, readme
     page = (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>sketchwm leaderboard</title>'
             f'<meta name="viewport" content="width=device-width"><style>{_CSS}</style></head><body>'
             f'<h1>sketchwm leaderboard</h1><div class="lede">{e(lede)}. <nav>{nav}</nav></div>'
-            + (f'<p id="missing" class="notes">{e(note.replace("`", "") + "; ".join(missing))}.</p>' if missing else "")
+            + (f'<details id="missing" class="notes"><summary>Not in this board: {len(missing)} setting'
+               f'{"s" if len(missing) != 1 else ""} that the configs plan have no results yet</summary>'
+               f'{e(note.replace("`", "") + "; ".join(missing))}.</details>' if missing else "")
             + f'<section id="ranking"><h2>Ranking per regime</h2><p class="notes">{e(RANK_INTRO)}</p>'
             + ranking_html(ranks, colours, regime_info) + f'<p class="notes" id="speed-source">{e(speed_how)}</p></section>'
             + f'<section id="which"><h2>Which to use when</h2><p>{_bold(e(advice))}</p></section>'
