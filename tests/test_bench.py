@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 import types
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -228,6 +229,28 @@ def test_ray_executor_matches_local(local_run, tmp_path):
         ray.shutdown()
     assert res["ran"] == 12
     pd.testing.assert_frame_equal(comparable(read_results(tmp_path / "ray")), comparable(read_results(ref_out)))
+
+
+def test_a_ray_worker_builds_its_grids_services_once(local_run, monkeypatch):
+    """The Ray task body builds the run's services (models, oracle, each regime's null texts) once per
+    worker process and grid, not once per unit: two units of one grid share them, another grid's units
+    get their own; the rows are those of the local run."""
+    from sketchwm.bench import runner
+
+    cfg, ref_out = local_run
+    built = []
+    real = runner.Services.build
+    monkeypatch.setattr(runner.Services, "build", classmethod(lambda cls, c, *a: built.append(c.name) or real(c, *a)))
+    monkeypatch.setattr(runner, "_WORKER_SERVICES", {})
+    units = runner.plan(cfg, bench_registry())[:2]
+    rows = [r for u, cells in units for r in runner._ray_unit(cfg.model_dump_json(), [asdict(c) for c in cells])]
+    assert built == [cfg.name] and len(rows) == sum(len(cells) for _, cells in units)
+    other = cfg.model_copy(update={"name": "other"})
+    runner._ray_unit(other.model_dump_json(), [asdict(c) for c in units[0][1]])
+    assert built == [cfg.name, "other"] and list(runner._WORKER_SERVICES) == [other.model_dump_json()]
+    ref = comparable(read_results(ref_out))
+    got = {h: r for h, r in rows}
+    assert set(got) <= set(ref["cell_hash"])
 
 
 def test_ray_missing_says_how_to_install(local_run, tmp_path, monkeypatch):

@@ -269,11 +269,23 @@ def unit_inputs(services: Services, kind: CellKind, unit: Unit) -> dict[str, Any
     return _Wiring(services).inputs(kind, unit)
 
 
+#: the services of the grid a Ray worker process is running (its config JSON → services): built once
+#: per worker, not per unit
+_WORKER_SERVICES: dict[str, Services] = {}
+
+
 def _ray_unit(cfg_json: str, cells: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
-    """Ray task body: fresh services (installed plugins) run one unit's cells."""
-    cfg = BenchConfig.model_validate_json(cfg_json)
+    """Ray task body: one unit's cells, on the services of its grid (installed plugins) built once per
+    worker process. Ray reuses a worker for the tasks that follow, so the models, the oracle and each
+    regime's unwatermarked null texts are made once per worker, as one local run makes them once,
+    instead of once per unit (every cell's seeds are its own, so the rows are the same either way).
+    A task of another grid drops the previous grid's services first."""
+    svc = _WORKER_SERVICES.get(cfg_json)
+    if svc is None:
+        _WORKER_SERVICES.clear()
+        svc = _WORKER_SERVICES[cfg_json] = Services.build(BenchConfig.model_validate_json(cfg_json))
     cs = [Cell(**{**c, "unit": Unit(**c["unit"])}) for c in cells]
-    return list(run_cells(Services.build(cfg), cs))
+    return list(run_cells(svc, cs))
 
 
 def _require_ray() -> Any:
