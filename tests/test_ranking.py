@@ -41,7 +41,8 @@ def test_groups_ties_and_unranked_rows():
     assert "| 1= | a |" in md and "| 3= | d |" in md and "| – | e |" in md
     assert "inf (median text not detected)" in md and "n/a (no setting within +10% log-PPL)" in md
     advice = which_to_use([r], "a")
-    assert advice.startswith("**r**: a = b (16 [12, 20] tokens to detect, tied)") and "group 1" in advice
+    assert advice.startswith("**r**: a = b (16 [12, 20] tokens to detect, tied; a at KL/token 0.100 [0.090, 0.110])")
+    assert "group 1" in advice
     assert "is not on this board" in which_to_use([r], "zz")
 
 

@@ -352,8 +352,9 @@ def _slug(x: str) -> str:
 
 
 def which_to_use(rs: list[Ranking], default: str) -> str:
-    """A paragraph generated from the rankings: per regime the first group, the scheme that keeps the
-    most detections after edits, the one whose samples stay most diverse, and where ``default`` stands."""
+    """A paragraph generated from the rankings: per regime the first group (with the distortion its first
+    scheme pays there: KL/token at its setting), the scheme that keeps the most detections after edits,
+    the one whose samples stay most diverse, and where ``default`` stands."""
     lines = []
     for r in rs:
         if not r.rows:
@@ -361,8 +362,11 @@ def which_to_use(rs: list[Ranking], default: str) -> str:
         first = [x for x in r.rows if x.group == 1]
         what = "tokens to detect" if not r.higher else "TPR"
         if first:
+            kl = first[0].figures.get("KL/token")
+            cost = (f"; {first[0].setting} at KL/token {_cell(kl, 'KL/token')}"
+                    if kl is not None and not isinstance(kl, (list, float, tuple)) and kl.ok else "")
             lead = (f"{' = '.join(x.scheme for x in first)} "
-                    f"({_cell(first[0].figures[r.key], r.key)} {what}{', tied' if len(first) > 1 else ''})")
+                    f"({_cell(first[0].figures[r.key], r.key)} {what}{', tied' if len(first) > 1 else ''}{cost})")
         else:  # rows, none ranked (e.g. no setting within the quality bound)
             lead = f"no scheme is ranked ({what} not measured within the quality bound)"
         s = f"**{r.regime}**: {lead}"
