@@ -106,3 +106,13 @@ def test_a_side_by_side_speed_measurement_replaces_the_cells_timings(tmp_path):
     (tmp_path / "detect-speed.json").write_text("{}")
     with pytest.raises(InputError, match="perf_detect_board"):
         read_speed(tmp_path)
+
+
+def test_the_advice_names_the_hardest_and_easiest_scheme_to_forge():
+    """With spoof rates in the rows, the paragraph names the scheme thieves forge least and most."""
+    cs = [_curve("a", Estimate(16, 12, 20, n=24)), _curve("b", Estimate(24, 18, 30, n=24))]
+    (r,) = rankings(_rows(), cs, {"r": {"logppl": Estimate(2.0, 1.9, 2.1)}})
+    r.rows[0].figures["spoof rate"] = (Estimate(0.6, 0.5, 0.7, n=100), "word N=1,000")
+    r.rows[1].figures["spoof rate"] = (Estimate(0.03, 0.0, 0.07, n=100), "pair N=1,000")
+    advice = which_to_use([r], "b")
+    assert "b is the hardest to forge (spoof rate 0.03 [0.00, 0.07]) and a the easiest (0.60 [0.50, 0.70])" in advice

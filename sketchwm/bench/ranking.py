@@ -354,7 +354,8 @@ def _slug(x: str) -> str:
 def which_to_use(rs: list[Ranking], default: str) -> str:
     """A paragraph generated from the rankings: per regime the first group (with the distortion its first
     scheme pays there: KL/token at its setting), the scheme that keeps the most detections after edits,
-    the one whose samples stay most diverse, and where ``default`` stands."""
+    the one whose samples stay most diverse, the hardest and easiest to forge where the results hold
+    spoof cells, and where ``default`` stands."""
     lines = []
     for r in rs:
         if not r.rows:
@@ -380,6 +381,12 @@ def which_to_use(rs: list[Ranking], default: str) -> str:
         if div:
             v, name = max(div)
             s += f"; {name} keeps samples most diverse ({v:.2f}" + (f" vs {ref.mean:.2f} unwatermarked)" if ref else ")")
+        spoof = [(x.figures["spoof rate"][0], x.scheme) for x in r.rows
+                 if isinstance(x.figures.get("spoof rate"), tuple) and x.figures["spoof rate"][0].ok]
+        if spoof:  # the stolen-sample thieves: the most and least forgeable scheme measured
+            (lo, lo_name), (hi, hi_name) = min(spoof, key=lambda t: t[0].mean), max(spoof, key=lambda t: t[0].mean)
+            s += (f"; against the word and pair thieves {lo_name} is the hardest to forge (spoof rate "
+                  f"{_cell(lo, 'spoof rate')}) and {hi_name} the easiest ({_cell(hi, 'spoof rate')})")
         mine = next((x for x in r.rows if x.scheme == default), None)
         if mine is not None:
             s += (f"; the default {default} is in group {mine.group} ({_cell(mine.figures[r.key], r.key)})"
