@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .components import _thread_pool
+from .components import over_slices
 from .errors import InputError
 
 __all__ = ["DirectionBank", "integer_sketch"]
@@ -131,12 +131,7 @@ class DirectionBank:
                     acc += a.astype(np.int64) << (p + 1)
                 out[i:i + r] = acc
 
-        workers = max(1, min(threads or torch.get_num_threads(), K // chunk))
-        if workers == 1:
-            run(0, K)
-        else:
-            bounds = [round(K * j / workers) for j in range(workers + 1)]
-            list(_thread_pool(workers).map(run, bounds[:-1], bounds[1:]))
+        over_slices(K, run, min_per_worker=chunk, threads=threads)
         return out
 
     def top(self, H: torch.Tensor | np.ndarray, k: int = 5) -> tuple[np.ndarray, np.ndarray]:

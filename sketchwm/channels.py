@@ -28,7 +28,7 @@ from typing import Literal, Protocol
 import numpy as np
 import torch
 
-from .components import DenoiseStep, MarginalReads, SchemeScores, WatermarkScheme, one_batch
+from .components import DenoiseStep, MarginalReads, SchemeScores, WatermarkScheme, one_batch, shared_pool
 from .errors import ConfigError
 from .multiple_testing import weighted_bonferroni
 from .stats import normal_isf
@@ -158,16 +158,12 @@ class ComposedScheme(WatermarkScheme):
 
 #: ids from which :meth:`CombinedScheme.channel_scores` scores the channels on threads of their own
 CONCURRENT_IDS = 1 << 16
-_POOL: ThreadPoolExecutor | None = None
 
 
 def _channel_pool(workers: int) -> ThreadPoolExecutor:
-    """A process-wide pool of at least ``workers`` threads for whole channels (apart from the detectors'
-    own row-slice pool, whose tasks a channel waits for: one pool for both could deadlock)."""
-    global _POOL
-    if _POOL is None or _POOL._max_workers < workers:
-        _POOL = ThreadPoolExecutor(workers, thread_name_prefix="sketchwm-channel")
-    return _POOL
+    """The process-wide ``"channel"`` pool for whole channels, apart from the detectors' own ``"detect"``
+    row-slice pool whose tasks a channel waits for (:mod:`sketchwm.components.threads`)."""
+    return shared_pool("channel", workers)
 
 
 class CombinedScheme(ComposedScheme):

@@ -147,15 +147,11 @@ def first_occurrence(keys: torch.Tensor, ok: torch.Tensor) -> torch.Tensor:
 def over_row_slices(run, B: int, N: int) -> None:
     """Call ``run(a, b)`` on contiguous row slices [a, b) covering B rows of N ids, over
     ``torch.get_num_threads()`` threads from 65,536 ids (one call below that): the C detectors release the
-    GIL, so the slices run in parallel on the detector's process-wide pool."""
-    threads = min(torch.get_num_threads(), max(1, B * N // 65536), B)
-    if threads <= 1:
-        run(0, B)
-        return
-    from sketchwm.components.token_sums import _thread_pool
+    GIL, so the slices run in parallel on the detector's process-wide pool
+    (:func:`sketchwm.components.over_slices`)."""
+    from sketchwm.components.threads import over_slices
 
-    cuts = np.linspace(0, B, threads + 1).astype(int)
-    list(_thread_pool(threads).map(run, cuts[:-1], cuts[1:]))
+    over_slices(B, run, min_per_worker=max(1, -(-65536 // max(1, N))))
 
 
 class KeyedRowCache:

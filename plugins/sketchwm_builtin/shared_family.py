@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sketchwm.components import distinct_token_sums
+from sketchwm.components import distinct_token_sums, gather_rows
 
 from .global_sketch.null import BackgroundNull, length_moments
 
@@ -105,8 +105,8 @@ class SharedMemberStats:
         in [0, V) where valid (B, N) bool, rows ``rows`` (R,) int64 (None: all, R = B): one pass over
         each text's distinct tokens (presence), or its first ``cap`` copies of each (capped)."""
         if self.shared.sketch.counting == "capped":  # T = Σ_v c_i(v) min(c_v, k): the first k copies of each id
-            if rows is not None:  # numpy's row gather: a torch index op would start torch's thread pool
-                ids, valid = torch.from_numpy(ids.numpy()[rows]), torch.from_numpy(valid.numpy()[rows])
+            if rows is not None:
+                ids, valid = gather_rows(ids, valid, rows)
             tok, x = self.shared.sketch.sparse_weights(ids, valid)  # (B, N), (B, N)
             return (table.to(torch.float64)[tok] * x.double()[..., None]).sum(1).round().long(), x.sum(1).round().long()
         return distinct_token_sums(ids, valid, table, self._keep, rows=rows)

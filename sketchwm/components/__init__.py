@@ -27,7 +27,8 @@ from .marginals import DenoiseStep, MarginalReads, Marginals, packed_masked_posi
 from .scheme import SchemeScores, Strength, WatermarkScheme
 from .score import ScoreFunction
 from .sketch import Sketch
-from .token_sums import _distinct_token_sums_torch, _thread_pool  # noqa: F401 - used by attribution and tests
+from .token_sums import _distinct_token_sums_torch  # noqa: F401 - used by tests
+from .threads import gather_rows, over_slices, shared_pool
 from .token_sums import check_token_ids, distinct_token_sums, ids_summary, one_batch, sort_rows
 
 __all__ = [
@@ -54,4 +55,7 @@ __all__ = [
     "one_batch",
     "scan_rows_",
     "stop_absence_",
+    "shared_pool",
+    "over_slices",
+    "gather_rows",
 ]

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 
 import numpy as np
 import torch
 
 from ..errors import InputError
+from .threads import gather_rows, over_slices
 
 try:  # the optional C extension (pyproject.toml ext-modules): K columns summed in one pass per text
     from sketchwm._fastids import distinct_sums as _distinct_sums
@@ -206,8 +206,8 @@ def distinct_token_sums(ids: torch.Tensor, valid: torch.Tensor, values: torch.Te
     integral = not values.dtype.is_floating_point
     if values.dim() == 2 and values.dtype == torch.int8 and _distinct_sums is not None and ids.device.type == "cpu":
         return _distinct_table_sums_c(ids, valid, values, keep, rows)
-    if rows is not None:  # numpy's row gather (a torch index op would start torch's thread pool)
-        ids, valid = torch.from_numpy(ids.numpy()[rows]), torch.from_numpy(valid.numpy()[rows])
+    if rows is not None:
+        ids, valid = gather_rows(ids, valid, rows)
     B, N = ids.shape
     if ids.device.type != "cpu":
         return _distinct_token_sums_torch(ids, valid, values, keep)
@@ -247,7 +247,7 @@ def distinct_token_sums(ids: torch.Tensor, valid: torch.Tensor, values: torch.Te
             T[i:i + r] = c.sum(1, dtype=acc_c)
             n[i:i + r] = k.sum(1, dtype=acc_k)
 
-    _over_row_slices(B, chunk, run)
+    over_slices(B, run, min_per_worker=chunk)
     return torch.from_numpy(T), torch.from_numpy(n)
 
 
@@ -271,7 +271,7 @@ def _distinct_table_sums_c(ids: torch.Tensor, valid: torch.Tensor, values: torch
         elif hi > lo:
             _distinct_sums(ids_c, valid_c, B, N, V1 - 1, tab, K, kp, T[lo:hi], n[lo:hi], sel[lo:hi])
 
-    _over_row_slices(R, 256, run)
+    over_slices(R, run, min_per_worker=256)
     return torch.from_numpy(T), torch.from_numpy(n)
 
 
@@ -287,23 +287,3 @@ def _distinct_token_sums_torch(ids: torch.Tensor, valid: torch.Tensor, values: t
     return (values[tok].to(acc) * mask).sum(1), (keep[tok].to(torch.int64) * first).sum(1)
 
 
-_POOL: ThreadPoolExecutor | None = None
-
-
-def _over_row_slices(B: int, min_rows: int, run: Callable[[int, int], None]) -> None:
-    """``run(lo, hi)`` over B rows: one call, or contiguous slices of at least ``min_rows`` rows shared
-    among ``torch.get_num_threads()`` threads (the work releases the GIL)."""
-    workers = max(1, min(torch.get_num_threads(), B // min_rows))
-    if workers == 1:
-        run(0, B)
-        return
-    bounds = [round(B * j / workers) for j in range(workers + 1)]
-    list(_thread_pool(workers).map(run, bounds[:-1], bounds[1:]))
-
-
-def _thread_pool(workers: int) -> ThreadPoolExecutor:
-    """A process-wide pool of at least ``workers`` threads (created once: thread start-up is slow on a busy machine)."""
-    global _POOL
-    if _POOL is None or _POOL._max_workers < workers:
-        _POOL = ThreadPoolExecutor(workers, thread_name_prefix="sketchwm-detect")
-    return _POOL
