@@ -161,3 +161,31 @@ def test_perf_detect_board_times_every_scheme_of_a_config(tmp_path, capsys):
     assert res["tokens"] == 2048 // res["length"] * res["length"] and res["machine"]["cpu"]
     tps, how = read_speed(tmp_path)
     assert tps == res["tokens_per_s"] and res["machine"]["cpu"] in how
+
+
+def test_board_runtime_sample_prices_every_unit_of_the_full_grid(tmp_path):
+    """board_runtime_sample's two configs split the schemes in halves, at one key and default strengths;
+    together they hold one unit of every (scheme, regime) of the full grid, and their cells are cells of
+    the full grid (same hashes), so the sample's times are the full board's."""
+    import collections
+
+    from sketchwm.bench.config import load_config
+    from sketchwm.bench.plan import bench_registry, plan
+
+    mod = _load("board_runtime_sample")
+    paths = mod.write_configs("leaderboard-headline", tmp_path)
+    full = load_config("leaderboard-headline")
+    reg = bench_registry()
+    full_units = collections.Counter((u.curve.split("[")[0], full.regime_list[u.regime].name) for u, _ in plan(full, reg))
+    full_cells = {c.hash for _, cells in plan(full, reg) for c in cells}
+    seen: collections.Counter = collections.Counter()
+    names = []
+    for p in paths:
+        cfg = load_config(p)
+        assert cfg.keys == 1 and not cfg.sweep
+        names += [s.name for s in cfg.schemes]
+        for unit, cells in plan(cfg, reg):
+            seen[(unit.curve.split("[")[0], cfg.regime_list[unit.regime].name)] += 1
+            assert {c.hash for c in cells} <= full_cells
+    assert sorted(names) == sorted(s.name for s in full.schemes)
+    assert set(seen) == set(full_units) and set(seen.values()) == {1}
