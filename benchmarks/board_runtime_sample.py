@@ -81,16 +81,21 @@ def null_seconds(full_name: str) -> dict[str, float]:
     return out
 
 
+def cell_times(folder: Path) -> pd.DataFrame:
+    """One row per cell of the results in ``folder``: its wall seconds, curve, regime, key index and scheme."""
+    cells = read_results(folder).groupby("cell_hash").agg(wall=("wall_time_s", "first"), curve=("curve", "first"),
+                                                          regime=("regime", "first"), key=("key_index", "first"))
+    cells["scheme"] = cells["curve"].str.split("[").str[0]
+    return cells
+
+
 def estimate(full_name: str, folder: Path, workers: int, extra: list[Path] = ()) -> dict:
     """The estimate of the module doc from the sample's results in ``folder / "out"`` (and ``extra``
     results folders)."""
     full = load_config(full_name)
     reg = bench_registry()
     n_full = collections.Counter((u.curve.split("[")[0], full.regime_list[u.regime].name) for u, _ in plan(full, reg))
-    df = read_results(folder / "out")
-    cells = df.groupby("cell_hash").agg(wall=("wall_time_s", "first"), curve=("curve", "first"),
-                                        regime=("regime", "first"), key=("key_index", "first"))
-    cells["scheme"] = cells["curve"].str.split("[").str[0]
+    cells = cell_times(folder / "out")
     first_units = cells[cells["key"] == 0].groupby(["scheme", "regime"])["wall"].sum()
     nulls = null_seconds(full_name)
     for names in halves(full):  # each process made each regime's nulls once, in its first unit there
@@ -98,21 +103,15 @@ def estimate(full_name: str, folder: Path, workers: int, extra: list[Path] = ())
             first = next((n for n in names if (n, r) in first_units.index), None)
             if first is not None:
                 first_units[(first, r)] -= s
-    later = [cells[cells["key"] > 0]]
-    for f in extra:  # other runs: their units at key index >= 1
-        e = read_results(f)
-        e = e.groupby("cell_hash").agg(wall=("wall_time_s", "first"), curve=("curve", "first"),
-                                       regime=("regime", "first"), key=("key_index", "first"))
-        e["scheme"] = e["curve"].str.split("[").str[0]
-        later.append(e[e["key"] > 0])
-    steady_cells = pd.concat(later)
+    steady_cells = pd.concat([c[c["key"] > 0] for c in [cells, *map(cell_times, extra)]])  # units at key index >= 1
     steady = steady_cells.groupby(["scheme", "regime", "key"])["wall"].sum().groupby(["scheme", "regime"]).median()
     unit = first_units.copy()
     for k, v in steady.items():
         unit[k] = v
-    per_unit = [{"scheme": s, "regime": r, "unit_s": round(float(t), 1), "units": n_full[(s, r)],
-                 "hours": round(float(t) * n_full[(s, r)] / 3600, 3)} for (s, r), t in unit.items()]
-    units_s = sum(float(t) * n_full[(s, r)] for (s, r), t in unit.items())
+    cost = {k: float(t) * n_full[k] for k, t in unit.items()}  # seconds of the full grid's units of each (scheme, regime)
+    per_unit = [{"scheme": s, "regime": r, "unit_s": round(float(unit[(s, r)]), 1), "units": n_full[(s, r)],
+                 "hours": round(c / 3600, 3)} for (s, r), c in cost.items()]
+    units_s = sum(cost.values())
     core = (units_s + workers * sum(nulls.values())) / 3600
     missing = sorted(set(n_full) - set(unit.index))
     return {"config": full.name, "core_hours": round(core, 2), "wall_hours": round(core / workers, 2), "workers": workers,
