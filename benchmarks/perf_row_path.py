@@ -8,8 +8,8 @@ Schemes that declare ``reads = MarginalReads.sampled()`` also run forced to read
 (``MarginalReads.masked()``), which shows what the declaration saves in
 :class:`sketchwm.engine.MaskedDiffusionSampler` (the LM head runs on the K sampled rows instead of
 all masked rows). The other schemes (the global sketch, red-green-dlm) also run with the reference
-:class:`sketchwm.engine.FullCanvasMarginals` (the LM head on all P+G positions, then the rows picked),
-which shows what the exact packed :class:`sketchwm.engine.MarginalSource` saves (LM head on the
+:class:`sketchwm.marginal_sources.FullCanvasMarginals` (the LM head on all P+G positions, then the rows picked),
+which shows what the exact packed :class:`sketchwm.marginal_sources.MarginalSource` saves (LM head on the
 declared rows only, packed (B, R, V), the tilt applied to the K sampled rows).
 
 Usage: python benchmarks/perf_row_path.py [--schemes unigram,global-sketch] [--repeats 3]

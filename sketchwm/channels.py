@@ -125,9 +125,14 @@ def channel_step(channel: Channel, step: DenoiseStep) -> DenoiseStep:
     """The step as ``channel`` declared it reads it: between refreshes (incomplete marginals) a channel
     whose reads are every masked row, incremental, with no radius of its own gets the target rows
     alone (:meth:`Marginals.targets_only`), not the fresh neighbour rows that another channel's
-    ``near`` read added (:func:`union_reads`); any other channel gets ``step`` itself."""
+    ``near`` read added (:func:`union_reads`); a channel that reads more than the targets gets those
+    rows when the engine passed them on demand (:meth:`Marginals.wider`); any other channel gets
+    ``step`` itself."""
     r, m = channel.scheme.reads, step.marginals
-    if m.complete or m.rows_are_targets or not (r.kind == "masked" and r.incremental and r.radius == 0):
+    targets_alone = r.kind == "sampled" or (r.kind == "masked" and r.incremental and r.radius == 0)
+    if m.widen is not None and not targets_alone:
+        return replace(step, marginals=m.wider())
+    if m.complete or m.rows_are_targets or not targets_alone or r.kind == "sampled":
         return step
     return replace(step, marginals=m.targets_only())
 
@@ -236,11 +241,15 @@ class CombinedScheme(ComposedScheme):
         """The combined tilt of the target rows: (B, K, V) float32 (class doc).
 
         The increments read the untilted marginals. When the target rows are a copy of the rows read
-        (:meth:`Marginals.target_logits`), the ``rows`` channel tilts first, and an increment whose
-        share is 0 for every text is not computed (it would add zeros): the result is the same.
+        (:meth:`Marginals.target_logits`), or the rows an increment reads come on demand
+        (:meth:`Marginals.wider`, fresh from the model), the ``rows`` channel tilts first, and an
+        increment whose share is 0 for every text is not computed (it would add zeros), nor are the
+        rows it would have read: the result is the same.
         """
         rows, incs = self._one("rows"), [c for c in self.channels if c.acts == "increment"]
-        early = rows is not None and not step.marginals.rows_are_targets and any(c.share is not None for c in incs)
+        m = step.marginals
+        early = (rows is not None and (m.widen is not None or not m.rows_are_targets)
+                 and any(c.share is not None for c in incs))
         base = rows.scheme.tilt(channel_step(rows, step)) if early else None
         increments = []
         for c in incs:

@@ -8,9 +8,9 @@ positions per step (:func:`transfer_schedule`). At each step:
 1. the remasking rule picks the candidate rows (:class:`RemaskingRule`): ``random`` draws the k
    positions before any marginal is computed; ``low_confidence`` / ``entropy`` take every masked
    position of the block;
-2. a :class:`MarginalSource` runs the backend's LM head on the rows the scheme reads
-   (:class:`MarginalReads`: the candidates, every masked row, or the masked rows near a candidate)
-   and packs them, banned ids at -inf, into one :class:`Marginals`;
+2. a :class:`~sketchwm.marginal_sources.MarginalSource` runs the backend's LM head on the rows the
+   scheme reads (:class:`MarginalReads`: the candidates, every masked row, or the masked rows near a
+   candidate) and packs them, banned ids at -inf, into one :class:`Marginals`;
 3. the watermark scheme (if any) tilts the candidates' marginals
    (:meth:`WatermarkScheme.process_logits`, seed paper Alg. 1 lines 5-9) and may supply keyed
    uniforms (:meth:`WatermarkScheme.sampling_uniforms`, distortion-free schemes); the observers
@@ -39,10 +39,11 @@ from typing import Any, Callable, Literal, Sequence
 import torch
 from pydantic import Field, model_validator
 
-from .components import (DenoiseStep, DLMBackend, MarginalReads, Marginals, WatermarkScheme,
-                         packed_masked_positions, row_index)
+from .components import DenoiseStep, DLMBackend, MarginalReads, WatermarkScheme, packed_masked_positions
 from .config import StrictModel, validate_params
 from .errors import ConfigError, GreedyDecodingWarning, InputError
+from .marginal_sources import (Canvas, FullCanvasMarginals, IncrementalMarginals, MarginalSource, RefreshedMarginals,
+                               check_logits)
 from .observers import TiltObserver
 from .remasking import RemaskingRule
 
@@ -226,186 +227,6 @@ def sample_tokens(logits: torch.Tensor, uniforms: torch.Tensor | None, generator
     if uniforms is None:
         uniforms = torch.rand(logits.shape, generator=generator, device=logits.device).clamp_(1e-12, 1 - 1e-7)
     return (scaled - torch.log(-torch.log(uniforms))).argmax(-1), scaled  # (B, K): Gumbel-max
-
-
-def check_logits(logits: torch.Tensor, valid: torch.Tensor, who: str, step: int) -> None:
-    """The engine's one NaN/inf check, for the backend's logits and for a scheme's output.
-
-    Args:
-        logits: (B, R, V) float32; valid: (B, R) bool, the rows that matter.
-        who: e.g. ``backend 'tiny'``; step: the step index, for the message.
-
-    Raises:
-        InputError: a valid row holds NaN or +inf, or is -inf everywhere (amax propagates NaN).
-    """
-    if not bool(torch.isfinite(logits.amax(-1))[valid].all()):
-        raise InputError(f"{who} returned NaN or inf logits at step {step}")
-
-
-@dataclass
-class Canvas:
-    """The state of one batch being denoised.
-
-    Attributes:
-        prompt_ids: (B, P) int64 left-padded prompts; prompt_mask: (B, P) bool, True on real tokens.
-        tokens: (B, G) int64 generation region, ``mask_token_id`` where masked.
-        mask_token_id: id of [MASK].
-    """
-
-    prompt_ids: torch.Tensor
-    prompt_mask: torch.Tensor
-    tokens: torch.Tensor
-    mask_token_id: int
-
-    @property
-    def masked(self) -> torch.Tensor:
-        """(B, G) bool, M_t."""
-        return self.tokens == self.mask_token_id
-
-    def model_inputs(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Prompt + generation ids (B, P+G) int64 and the attention mask (B, P+G) bool."""
-        gen_mask = torch.ones_like(self.tokens, dtype=torch.bool)
-        return torch.cat([self.prompt_ids, self.tokens], 1), torch.cat([self.prompt_mask, gen_mask], 1)
-
-    def commit(self, targets: torch.Tensor, x0: torch.Tensor, chosen: torch.Tensor) -> None:
-        """Unmask: tokens[b, targets[b, j]] = x0[b, j] where chosen (all (B, K))."""
-        self.tokens = self.tokens.scatter(1, targets, torch.where(chosen, x0, torch.gather(self.tokens, 1, targets)))
-
-
-# ------------------------------------------------------------------ marginal sources (speed strategies)
-class MarginalSource:
-    """Where the marginals of a step come from: the backend's LM head on the rows a scheme reads.
-
-    Every strategy returns the same :class:`Marginals` for a step; they differ in what they compute.
-    This one is exact: the LM head on the declared rows only (``DLMBackend.logits_at``).
-
-    Args:
-        backend: the :class:`DLMBackend`; banned: (n,) int64 ids set to -inf.
-    """
-
-    def __init__(self, backend: DLMBackend, banned: torch.Tensor):
-        self.backend, self.banned = backend, banned
-
-    def reset(self) -> None:
-        """Forget per-generation state (called before each batch)."""
-
-    def marginals(self, canvas: Canvas, reads: MarginalReads, targets: torch.Tensor, target_valid: torch.Tensor,
-                  step: int, refresh: "bool | torch.Tensor" = True) -> Marginals:
-        """The :class:`Marginals` of ``reads`` for the targets (B, K) int64 / (B, K) bool at this step.
-
-        ``refresh``: whether the sampler's ``marginal_refresh`` schedule is due at this step (the
-        amortised strategies compute every declared row only then; this one always does): True,
-        False, or a (B, G) bool mask of the positions to refresh (a partial refresh; strategies
-        without one refresh every row).
-
-        Raises:
-            InputError: NaN or inf logits from the backend on a valid row.
-        """
-        positions, valid, rows = reads.layout(canvas.masked, targets, target_valid)
-        return Marginals(self.fetch(canvas, positions, valid, step), positions, valid, rows, target_valid)
-
-    def fetch(self, canvas: Canvas, positions: torch.Tensor, valid: torch.Tensor, step: int) -> torch.Tensor:
-        """Backend logits at generation positions (B, R) int64 → (B, R, V) float32, banned ids at -inf,
-        checked on the ``valid`` rows (:func:`check_logits`).
-
-        Raises:
-            InputError: logits of another shape, or NaN/inf on a valid row.
-        """
-        x, attn = canvas.model_inputs()
-        logits = self.lm_head(x, attn, positions + canvas.prompt_ids.shape[1]).float()
-        want = (*positions.shape, self.backend.vocab_size)
-        if logits.shape != want:
-            raise InputError(f"backend '{self.backend.name}' returned logits of shape {tuple(logits.shape)}, expected {want}")
-        if self.banned.numel():
-            logits[..., self.banned] = float("-inf")
-        check_logits(logits, valid, f"backend '{self.backend.name}'", step)
-        return logits
-
-    def lm_head(self, x: torch.Tensor, attn: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        """The model's logits at input positions index (B, R) → (B, R, V)."""
-        return self.backend.logits_at(x, attn, index)
-
-
-class FullCanvasMarginals(MarginalSource):
-    """Reference strategy: the LM head on every position (``DLMBackend.logits``, (B, P+G, V)), then
-    the declared rows are picked from it. Slow; what the tests compare the exact strategy with."""
-
-    def lm_head(self, x: torch.Tensor, attn: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-        """Gather the rows ``index`` (B, R) from the full (B, P+G, V) logits."""
-        full = self.backend.logits(x, attn)
-        return torch.gather(full, 1, index[..., None].expand(-1, -1, full.shape[-1]))
-
-
-class IncrementalMarginals(MarginalSource):
-    """Amortised strategy for ``MarginalReads.masked(incremental=True)`` (``SamplerConfig.marginal_refresh``
-    other than 1): at a full refresh the LM head runs on every masked row (a complete
-    :class:`Marginals`); at a partial refresh (``refresh`` a (B, G) mask: the block about to be
-    denoised) on the masked rows of the mask and the targets; in between on the K targets only, and
-    the masked rows within the declaration's ``radius`` of them when it has one (a partial refresh).
-    The last two are passed with ``complete`` False and the scheme updates its running statistic
-    from them (O(K·V) per step instead of O(M·V)). Other declarations are computed exactly.
-    """
-
-    def marginals(self, canvas: Canvas, reads: MarginalReads, targets: torch.Tensor, target_valid: torch.Tensor,
-                  step: int, refresh: "bool | torch.Tensor" = True) -> Marginals:
-        """See :meth:`MarginalSource.marginals`; the targets (and the rows of a partial refresh) otherwise."""
-        if not reads.incremental:
-            return super().marginals(canvas, reads, targets, target_valid, step)
-        if isinstance(refresh, bool) and refresh:  # complete, and the scheme should hold the rows
-            m = super().marginals(canvas, reads, targets, target_valid, step)
-            m.incremental_follows = True
-            return m
-        if reads.radius:  # the rows within the radius of a target, fresh: a partial refresh of them
-            near = reads.near_targets(canvas.masked, targets, target_valid)
-            refresh = near if isinstance(refresh, bool) else (refresh | near)
-        if isinstance(refresh, bool):  # the targets alone
-            rows = torch.arange(targets.shape[1], device=targets.device).expand_as(targets)
-            return Marginals(self.fetch(canvas, targets, target_valid, step), targets, target_valid, rows, target_valid,
-                             complete=False)
-        chosen = torch.zeros_like(canvas.masked).scatter_(1, targets, target_valid)
-        positions, valid = packed_masked_positions(canvas.masked & (refresh | chosen))
-        rows = torch.gather(row_index(positions, canvas.tokens.shape[1]), 1, targets)
-        return Marginals(self.fetch(canvas, positions, valid, step), positions, valid, rows,
-                         target_valid, complete=False)
-
-
-class RefreshedMarginals(MarginalSource):
-    """Amortised strategy (``SamplerConfig.marginal_refresh`` other than 1) for schemes that read every
-    masked row without updating a statistic incrementally: the LM head runs on all of them only at
-    refresh steps; in between, the masked rows that are not targets keep their marginals from the
-    last refresh (masked rows are never re-masked, so they are a subset of the refreshed ones),
-    gathered into a full (B, R, V) tensor, and only the K target rows are computed fresh. Other
-    declarations read rows that move with the targets and are computed exactly.
-
-    Args:
-        backend, banned: as :class:`MarginalSource`.
-    """
-
-    def __init__(self, backend: DLMBackend, banned: torch.Tensor):
-        super().__init__(backend, banned)
-        self.cache: tuple[torch.Tensor, torch.Tensor] | None = None  # (logits (B, R0, V), row of each position (B, G))
-
-    def reset(self) -> None:
-        """Drop the cached rows."""
-        self.cache = None
-
-    def marginals(self, canvas: Canvas, reads: MarginalReads, targets: torch.Tensor, target_valid: torch.Tensor,
-                  step: int, refresh: "bool | torch.Tensor" = True) -> Marginals:
-        """See :meth:`MarginalSource.marginals`; cached rows between refreshes (a partial refresh refreshes all)."""
-        if reads.kind != "masked" or self.cache is None or not (isinstance(refresh, bool) and not refresh):
-            m = super().marginals(canvas, reads, targets, target_valid, step)
-            if reads.kind == "masked":  # hooks may tilt target_logits() in place: never let it alias the cache
-                row_of = row_index(m.positions, canvas.tokens.shape[1])
-                self.cache = (m.logits.clone() if m.rows_are_targets else m.logits, row_of)
-            return m
-        positions, valid, rows = reads.layout(canvas.masked, targets, target_valid)
-        old_logits, old_row_of = self.cache
-        V = old_logits.shape[-1]
-        logits = torch.gather(old_logits, 1, torch.gather(old_row_of, 1, positions)[..., None].expand(-1, -1, V))
-        fresh = self.fetch(canvas, targets, target_valid, step)  # (B, K, V): the LM head on the targets only
-        b_idx, k_idx = target_valid.nonzero(as_tuple=True)  # the real targets (padding ones repeat or are unmasked)
-        logits[b_idx, rows[b_idx, k_idx]] = fresh[b_idx, k_idx]
-        return Marginals(logits, positions, valid, rows, target_valid)
 
 
 # ------------------------------------------------------------------ remasking rules

@@ -175,15 +175,22 @@ def test_the_plugin_guides_combined_scheme_runs():
     assert pair.process_logits(step).shape == (2, step.marginals.targets.shape[1], V)
 
 
-def test_between_refreshes_the_rows_within_the_radius_come_fresh():
+def test_between_refreshes_the_rows_within_the_radius_come_fresh_when_asked_for():
     """An incremental masked read with a radius: at a step between refreshes the engine passes the
-    targets and the masked rows within the radius of them (a partial refresh), not every masked row."""
+    targets, and the masked rows within the radius of them (a partial refresh), not every masked row,
+    when a reader asks for them (Marginals.wider), from the same forward pass of the model."""
     from sketchwm.engine import Canvas, IncrementalMarginals
 
     class Model:
         name, vocab_size = "positions", 5
+        forwards, heads = 0, []
 
-        def logits_at(self, x, attn, index):  # (B, R) → (B, R, V): each row's position in its logits
+        def logits_rows(self, x, attn):  # one forward pass; the head on any rows (B, R) → (B, R, V)
+            Model.forwards += 1
+            return lambda index: self.logits_at(x, attn, index)
+
+        def logits_at(self, x, attn, index):  # each row's position in its logits
+            Model.heads.append(index.shape[1])
             return index[..., None].float().expand(-1, -1, 5).clone()
 
     G, MASK = 10, 4
@@ -194,8 +201,13 @@ def test_between_refreshes_the_rows_within_the_radius_come_fresh():
     source = IncrementalMarginals(Model(), torch.zeros(0, dtype=torch.long))
     targets, valid = torch.tensor([[5]]), torch.tensor([[True]])
     m = source.marginals(canvas, MarginalReads.masked(incremental=True, radius=2), targets, valid, step=3, refresh=False)
-    assert not m.complete and m.positions[m.valid].tolist() == [3, 4, 5, 6, 7]
-    assert m.positions[0, m.targets[0, 0]].item() == 5
+    assert m.rows_are_targets and not m.complete and m.positions.tolist() == [[5]]
+    assert (Model.forwards, Model.heads) == (1, [1])  # the target's row alone so far
+    wide = m.wider()
+    assert not wide.complete and wide.positions[wide.valid].tolist() == [3, 4, 5, 6, 7]
+    assert wide.positions[0, wide.targets[0, 0]].item() == 5
+    assert torch.equal(wide.logits[0, :, 0], wide.positions[0].float())
+    assert m.wider() is wide and (Model.forwards, Model.heads) == (1, [1, 5])  # once, on the same forward pass
     alone = source.marginals(canvas, MarginalReads.masked(incremental=True), targets, valid, step=3, refresh=False)
     assert alone.positions[alone.valid].tolist() == [5]
     full = source.marginals(canvas, MarginalReads.masked(incremental=True, radius=2), targets, valid, step=0, refresh=True)

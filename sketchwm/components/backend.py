@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import weakref
 from abc import abstractmethod
+from collections.abc import Callable
+from functools import partial
 from typing import Any, Sequence
 
 import torch
@@ -97,6 +99,42 @@ class DLMBackend(Component):
         """
         full = self.logits(input_ids, attention_mask)  # (B, L, V)
         return torch.gather(full, 1, index[..., None].expand(-1, -1, full.shape[-1]))
+
+    def logits_rows(self, input_ids: torch.Tensor,
+                    attention_mask: torch.Tensor | None) -> Callable[[torch.Tensor], torch.Tensor]:
+        """The model on one input, its logits at any rows asked for afterwards: returns ``at`` with
+        ``at(index)`` = :meth:`logits_at` ``(input_ids, attention_mask, index)``, index (B, K) int64 into
+        [0, L) → (B, K, V) float32.
+
+        The engine asks for the rows of a step in two rounds when a scheme may need more rows than
+        the targets (:class:`sketchwm.marginal_sources.IncrementalMarginals`); a backend that splits its model
+        into a body and an LM head runs the body once, at the first call, and only the head at each
+        call, so the second round costs the head on its rows alone. Backends that override
+        :meth:`logits_at` override this too, with the same results. Default: :meth:`logits_at` at
+        each call when a subclass overrides it (the body runs again), else the full :meth:`logits`
+        once, gathered at each call.
+        """
+        if self.replaces_logits_at(DLMBackend):
+            return partial(self.logits_at, input_ids, attention_mask)
+        return self.gathered_rows(input_ids, attention_mask)
+
+    def gathered_rows(self, input_ids: torch.Tensor,
+                      attention_mask: torch.Tensor | None) -> Callable[[torch.Tensor], torch.Tensor]:
+        """:meth:`logits_rows` for a model whose LM head runs on every position: the full (B, L, V)
+        :meth:`logits` once, at the first call, gathered at index (B, K) int64 at each call."""
+        full: list[torch.Tensor] = []  # (B, L, V) once computed
+
+        def at(index: torch.Tensor) -> torch.Tensor:
+            if not full:
+                full.append(self.logits(input_ids, attention_mask))
+            return torch.gather(full[0], 1, index[..., None].expand(-1, -1, full[0].shape[-1]))
+
+        return at
+
+    def replaces_logits_at(self, owner: type) -> bool:
+        """Whether :meth:`logits_at` is not ``owner``'s: a subclass below it overrides it, or it is set
+        on the instance (a wrapper, e.g. a test that counts rows); :meth:`logits_rows` then calls it."""
+        return type(self).logits_at is not owner.logits_at or "logits_at" in vars(self)
 
     def postprocess_logits(self, logits: torch.Tensor) -> torch.Tensor:
         """The backend's fixed edits of the model's aligned logits (B, L, V) float32 → same, applied

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Literal
 
 import torch
@@ -157,9 +158,13 @@ class Marginals:
             generation when ``out`` is None (the engine never reuses them); callers that pass
             ``out`` keep their ``logits`` intact.
         incremental_follows: True on a complete step of the engine's incremental strategy
-            (:class:`sketchwm.engine.IncrementalMarginals`): the next steps pass fresh rows only
+            (:class:`sketchwm.marginal_sources.IncrementalMarginals`): the next steps pass fresh rows only
             until the next complete one, so an incremental scheme should hold these rows. False
             (exact strategies, benchmarks, user loops): nothing needs holding.
+        widen: None, or how to compute this step's marginals with more rows, on demand (see
+            :meth:`wider`): the engine passes the target rows alone between refreshes when a reader's
+            declared rows near the targets may not be needed at the step (the default's green
+            channel, whose share of the tilt is often 0), and computes them only if asked.
 
     Raises:
         ValueError: shapes that disagree (``out`` included).
@@ -173,6 +178,7 @@ class Marginals:
     out: torch.Tensor | None = None
     complete: bool = True
     incremental_follows: bool = False
+    widen: Callable[[], "Marginals"] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.logits.dim() != 3 or self.positions.shape != self.logits.shape[:2] or self.valid.shape != self.positions.shape:
@@ -188,6 +194,7 @@ class Marginals:
         #: the targets are exactly the rows, in order (then :meth:`target_logits` is ``logits`` itself)
         self.rows_are_targets = R == K and bool(
             (self.targets == torch.arange(K, device=self.targets.device)).all())
+        self._wider: Marginals | None = None  # what ``widen`` returned, once asked for
 
     @classmethod
     def canvas(cls, logits: torch.Tensor, masked: torch.Tensor, out: torch.Tensor | None = None) -> "Marginals":
@@ -238,6 +245,20 @@ class Marginals:
         rows = torch.arange(K, device=self.targets.device).expand_as(self.targets)
         return Marginals(self.at_target_rows(self.logits), self.target_positions, self.target_valid.clone(), rows,
                          self.target_valid, self.out, False, self.incremental_follows)
+
+    def wider(self) -> "Marginals":
+        """These marginals with every row the step's reads declared: ``self`` when ``widen`` is None,
+        else what ``widen`` computes (the rows fresh from the model, the targets among them with the
+        logits they have here before any hook tilted them), computed at the first call and kept.
+
+        Raises:
+            InputError: NaN or inf logits from the backend on a valid row (as the engine raises it).
+        """
+        if self.widen is None:
+            return self
+        if self._wider is None:
+            self._wider = self.widen()
+        return self._wider
 
     def at_targets(self, x: torch.Tensor) -> torch.Tensor:
         """Per-position values (B, G, ...) of the generation region at the targets: (B, K, ...)."""

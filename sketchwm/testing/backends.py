@@ -19,7 +19,8 @@ The checks (class attributes tune sizes):
 
 * (a) ``test_alignment_*``: marginals are those of the right position through every path —
   :meth:`DLMBackend.logits` (full and with ``positions``), :meth:`DLMBackend.logits_at` (the packed
-  and row paths), and end to end through the engine's full, row and packed paths;
+  and row paths), :meth:`DLMBackend.logits_rows` (equal to ``logits_at``, row for row, in two
+  rounds of rows on one forward pass), and end to end through the engine's full, row and packed paths;
 * (b) ``test_left_padding_*``: a batch of prompts of different lengths gives the same text as each
   prompt alone (greedy, low-confidence remasking; with and without the watermark);
 * (c) ``test_eos_length_and_detection``: the length distribution of a model that stops after about
@@ -175,6 +176,10 @@ class BackendConformance:
             at = be.logits_at(x, mask, idx).cpu()  # packed and row paths
             assert torch.equal(at[0].argmax(-1), want[idx[0]]), "logits_at (packed/row paths) misaligned"
             assert torch.allclose(at[0], full[0, idx[0]], atol=1e-4), "logits_at differs from logits"
+            rows_of = be.logits_rows(x, mask)  # one forward pass, the rows in two rounds
+            first, second = rows_of(idx[:, :2]).cpu(), rows_of(idx).cpu()
+            assert torch.allclose(second, be.logits_at(x, mask, idx).cpu(), atol=1e-5), "logits_rows differs from logits_at"
+            assert torch.allclose(first, second[:, :2], atol=1e-5), "logits_rows: a row differs between two rounds"
         pos = torch.zeros_like(attn)
         pos[0, P:] = True
         part = be.logits(x, attn, pos).cpu()

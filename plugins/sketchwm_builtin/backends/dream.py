@@ -21,6 +21,9 @@ What follows Dream's own ``diffusion_generate`` (``generation_utils.py``):
 
 from __future__ import annotations
 
+from functools import partial
+from typing import Any
+
 import torch
 
 from sketchwm.errors import ConfigError
@@ -96,11 +99,40 @@ class DreamBackend(LLaDABackend):
         return self.postprocess_logits(torch.cat([out[:, :1], out[:, :-1]], dim=1))
 
     def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, index: torch.Tensor) -> torch.Tensor:
-        """index (B, K) int64 → (B, K, V) float32: the LM head runs on rows ``index − 1`` only (the shift)."""
+        """index (B, K) int64 → (B, K, V) float32: the LM head runs on rows ``index − 1`` only (the shift).
+
+        Raises:
+            ConfigError: the sequence is longer than the model supports.
+        """
         head = getattr(self.model, "lm_head", None)
         if head is None or not hasattr(self.model, "model"):
             return super().logits_at(input_ids, attention_mask, index)  # gathers from the shifted logits()
-        hidden = self._hidden(input_ids, attention_mask)  # (B, L, H)
-        src = (index.to(self.device) - 1).clamp_min(0)
-        picked = torch.gather(hidden, 1, src[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, K, H)
-        return self.postprocess_logits(head(picked).float())
+        return self._head_rows(head, input_ids, attention_mask)(index)
+
+    def logits_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None):
+        """See :meth:`DLMBackend.logits_rows`: the base model runs once, at the first call, (B, L, H) hidden
+        states kept; each call runs the LM head on rows ``index − 1`` (the shift) → (B, K, V) float32.
+
+        Raises:
+            ConfigError: the sequence is longer than the model supports (at the first call).
+        """
+        if self.replaces_logits_at(DreamBackend):
+            return partial(self.logits_at, input_ids, attention_mask)
+        head = getattr(self.model, "lm_head", None)
+        if head is None or not hasattr(self.model, "model"):
+            return self.gathered_rows(input_ids, attention_mask)  # the shifted full logits()
+        return self._head_rows(head, input_ids, attention_mask)
+
+    def _head_rows(self, head: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None):
+        """:meth:`logits_rows` with Dream's base model and LM head ``head``."""
+        hidden: list[torch.Tensor] = []  # (B, L, H) once computed
+
+        def at(index: torch.Tensor) -> torch.Tensor:
+            if not hidden:
+                hidden.append(self._hidden(input_ids, attention_mask))
+            h = hidden[0]
+            src = (index.to(self.device) - 1).clamp_min(0)
+            picked = torch.gather(h, 1, src[..., None].expand(-1, -1, h.shape[-1]))  # (B, K, H)
+            return self.postprocess_logits(head(picked).float())
+
+        return at

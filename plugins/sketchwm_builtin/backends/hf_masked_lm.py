@@ -8,6 +8,8 @@ MDLM/LLaDA). Loads only from a local directory; never downloads.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from functools import partial
 from typing import Any, Literal, Sequence
 
 import torch
@@ -222,19 +224,50 @@ class HFMaskedLMBackend(DLMBackend):
         return None
 
     def logits_at(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, index: torch.Tensor) -> torch.Tensor:
-        """(B, L) int64, index (B, K) → (B, K, V) float32: the LM head runs on the K positions only."""
+        """(B, L) int64, index (B, K) → (B, K, V) float32: the LM head runs on the K positions only.
+
+        Raises:
+            ConfigError: the sequence is longer than the model supports.
+        """
         split = self._encoder_and_head()
         if split is None:
             return super().logits_at(input_ids, attention_mask, index)
-        if input_ids.shape[1] > self.max_length:
-            raise ConfigError(f"sequence of {input_ids.shape[1]} tokens exceeds the model's maximum of {self.max_length}")
+        return self._head_rows(split, input_ids, attention_mask)(index)
+
+    def logits_rows(self, input_ids: torch.Tensor,
+                    attention_mask: torch.Tensor | None) -> Callable[[torch.Tensor], torch.Tensor]:
+        """See :meth:`DLMBackend.logits_rows`: the encoder runs once, at the first call, (B, L, H) hidden
+        states kept; each call runs the LM head on index (B, K) → (B, K, V) float32 only.
+
+        Raises:
+            ConfigError: the sequence is longer than the model supports (at the first call).
+        """
+        if self.replaces_logits_at(HFMaskedLMBackend):
+            return partial(self.logits_at, input_ids, attention_mask)
+        split = self._encoder_and_head()
+        if split is None:  # the head runs on every position (LLaDA)
+            return self.gathered_rows(input_ids, attention_mask)
+        return self._head_rows(split, input_ids, attention_mask)
+
+    def _head_rows(self, split: tuple[Any, Any], input_ids: torch.Tensor,
+                   attention_mask: torch.Tensor | None) -> Callable[[torch.Tensor], torch.Tensor]:
+        """:meth:`logits_rows` of (encoder, LM head) ``split``."""
         enc, head = split
-        am = None if attention_mask is None else attention_mask.to(self.device).long()
-        hidden = enc(input_ids=input_ids.to(self.device), attention_mask=am,
-                     **self._position_kwargs(attention_mask)).last_hidden_state  # (B, L, H)
-        idx = index.to(self.device)
-        picked = torch.gather(hidden, 1, idx[..., None].expand(-1, -1, hidden.shape[-1]))  # (B, K, H)
-        return head(picked).float()
+        hidden: list[torch.Tensor] = []  # (B, L, H) once computed
+
+        def at(index: torch.Tensor) -> torch.Tensor:
+            if not hidden:
+                if input_ids.shape[1] > self.max_length:
+                    raise ConfigError(f"sequence of {input_ids.shape[1]} tokens exceeds the model's maximum of "
+                                      f"{self.max_length}")
+                am = None if attention_mask is None else attention_mask.to(self.device).long()
+                hidden.append(enc(input_ids=input_ids.to(self.device), attention_mask=am,
+                                  **self._position_kwargs(attention_mask)).last_hidden_state)
+            h = hidden[0]
+            picked = torch.gather(h, 1, index.to(self.device)[..., None].expand(-1, -1, h.shape[-1]))  # (B, K, H)
+            return head(picked).float()
+
+        return at
 
     def logits(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None
