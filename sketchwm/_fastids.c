@@ -2,7 +2,8 @@
  * and keyed_bits_into, the keyed PRF of sketchwm/prf.py over an int64 buffer (at the end of the file).
  *
  * flatten_into(lists, out, nthreads=1): lists is a Python list of B lists of ints, out a writable
- * C-contiguous buffer of int64 with exactly sum(len(x)) items. Each int is read without a Python-level
+ * C-contiguous buffer of int64 with exactly sum(len(x)) items; returns (smallest, largest) id written,
+ * or None when there are none (the range check of the detector then needs no second pass). Each int is read without a Python-level
  * call (compact ints directly, others through PyLong_AsLongLong, other integer types through
  * __index__), so the cost is one pass over the objects' memory; batching.flatten_ids falls back to
  * array.array.fromlist where this module is not built. Raises TypeError for a non-list or a non-int
@@ -73,8 +74,9 @@ static inline int read_int(PyObject *o, int64_t *v) {
 }
 
 /* The general loop: every integer type, errors raised; the GIL held. 0 on success, -1 with an exception set. */
-static int flatten_general(PyObject *lists, int64_t *out, Py_ssize_t total) {
+static int flatten_general(PyObject *lists, int64_t *out, Py_ssize_t total, int64_t *mn, int64_t *mx) {
     Py_ssize_t k = 0;
+    int64_t a = INT64_MAX, b = INT64_MIN;
     /* sizes are re-read on every step: an __index__ method may run Python code that changes the lists */
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(lists); i++) {
         PyObject *x = PyList_GET_ITEM(lists, i);
@@ -86,10 +88,13 @@ static int flatten_general(PyObject *lists, int64_t *out, Py_ssize_t total) {
         for (Py_ssize_t j = 0; j < PyList_GET_SIZE(x); j++, k++) {
             if (k >= total) { PyErr_SetString(PyExc_ValueError, "out is shorter than the lists' total length"); Py_DECREF(x); return -1; }
             if (read_int(PyList_GET_ITEM(x, j), out + k)) { Py_DECREF(x); return -1; }
+            if (out[k] < a) a = out[k];
+            if (out[k] > b) b = out[k];
         }
         Py_DECREF(x);
     }
     if (k != total) { PyErr_SetString(PyExc_ValueError, "out is longer than the lists' total length"); return -1; }
+    *mn = a; *mx = b;
     return 0;
 }
 
@@ -100,23 +105,30 @@ typedef struct {
     Py_ssize_t lo, hi;       /* lists [lo, hi) */
     int64_t *out;
     int general;             /* set when an item needs the general loop */
+    int64_t mn, mx;          /* smallest and largest id read */
 } span_t;
 
 static void *read_span(void *arg) {
     span_t *s = (span_t *)arg;
+    int64_t a = INT64_MAX, b = INT64_MIN;
     for (Py_ssize_t i = s->lo; i < s->hi; i++) {
         PyObject **it = ((PyListObject *)s->items[i])->ob_item;
         Py_ssize_t n = s->offs[i + 1] - s->offs[i];
         int64_t *o = s->out + s->offs[i];
-        for (Py_ssize_t j = 0; j < n; j++)
+        for (Py_ssize_t j = 0; j < n; j++) {
             if (!read_compact(it[j], o + j)) { s->general = 1; return NULL; }
+            if (o[j] < a) a = o[j];
+            if (o[j] > b) b = o[j];
+        }
     }
+    s->mn = a; s->mx = b;
     return NULL;
 }
 
 /* The compact-int fast path on nthreads threads (the caller one of them). 1: all read; 0: the general
  * loop is needed (an item that is not a compact exact int, or a thread could not start). */
-static int flatten_threads(PyObject *lists, int64_t *out, const Py_ssize_t *offs, int nthreads) {
+static int flatten_threads(PyObject *lists, int64_t *out, const Py_ssize_t *offs, int nthreads, int64_t *mn,
+                           int64_t *mx) {
     Py_ssize_t B = PyList_GET_SIZE(lists), total = offs[B];
     span_t spans[64];
     pthread_t tids[64];
@@ -127,7 +139,7 @@ static int flatten_threads(PyObject *lists, int64_t *out, const Py_ssize_t *offs
         Py_ssize_t target = total / nthreads * (t + 1), hi = lo;
         if (t == nthreads - 1) hi = B;
         else while (hi < B && offs[hi] < target) hi++;
-        spans[t] = (span_t){((PyListObject *)lists)->ob_item, offs, lo, hi, out, 0};
+        spans[t] = (span_t){((PyListObject *)lists)->ob_item, offs, lo, hi, out, 0, INT64_MAX, INT64_MIN};
         lo = hi;
     }
     for (int t = 1; t < nthreads; t++)
@@ -138,6 +150,11 @@ static int flatten_threads(PyObject *lists, int64_t *out, const Py_ssize_t *offs
         if (started[t]) pthread_join(tids[t], NULL);
         else read_span(&spans[t]);
         ok = ok && !spans[t].general;
+    }
+    *mn = INT64_MAX; *mx = INT64_MIN;
+    for (int t = 0; t < nthreads; t++) {
+        if (spans[t].mn < *mn) *mn = spans[t].mn;
+        if (spans[t].mx > *mx) *mx = spans[t].mx;
     }
     return ok;
 }
@@ -156,6 +173,7 @@ static PyObject *flatten_into(PyObject *self, PyObject *args) {
     int64_t *out = (int64_t *)buf.buf;
     Py_ssize_t total = buf.len / 8;
     int done = 0;
+    int64_t mn = INT64_MAX, mx = INT64_MIN;
 #ifdef FASTIDS_THREADS
     Py_ssize_t B = PyList_GET_SIZE(lists);
     if (nthreads > 1 && total >= (1 << 16) && B > 1) {
@@ -168,14 +186,15 @@ static PyObject *flatten_into(PyObject *self, PyObject *args) {
             all_lists = PyList_Check(x);
             if (all_lists) offs[i + 1] = offs[i] + PyList_GET_SIZE(x);
         }
-        if (all_lists && offs[B] == total) done = flatten_threads(lists, out, offs, nthreads);
+        if (all_lists && offs[B] == total) done = flatten_threads(lists, out, offs, nthreads, &mn, &mx);
         PyMem_Free(offs);
     }
 #endif
-    int rc = done ? 0 : flatten_general(lists, out, total);
+    int rc = done ? 0 : flatten_general(lists, out, total, &mn, &mx);
     PyBuffer_Release(&buf);
     if (rc) return NULL;
-    Py_RETURN_NONE;
+    if (total == 0) Py_RETURN_NONE;
+    return Py_BuildValue("(LL)", (long long)mn, (long long)mx);
 }
 
 /* keyed_bits_into(counter, out, seed_lo, seed_hi, stream_word): the keyed PRF of sketchwm/prf.py

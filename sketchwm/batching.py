@@ -2,7 +2,7 @@
 batched fast tokenisation in bounded memory, and a background stage to overlap tokenisation with scoring.
 
 * :func:`flatten_ids` concatenates B id lists into one flat (T,) int64 array with their (B,) lengths
-  (one C-level pass over the ids); :func:`pad_flat` pads any subset of them into a (b, N) batch by
+  (one C-level pass over the ids, which also reads their range: :func:`flatten_ids_range`); :func:`pad_flat` pads any subset of them into a (b, N) batch by
   index arithmetic; :func:`length_groups` cuts the texts, sorted by length, into scoring groups of
   bounded padded size (b × N cells), so a long text never pads a whole chunk of short ones.
 * :class:`TextEncoder` encodes texts with the fast tokenizer's Rust batch call (its own thread pool,
@@ -32,13 +32,25 @@ try:  # the optional C extension (pyproject.toml ext-modules); the pure-Python p
 except ImportError:  # pragma: no cover - exercised where no compiler built it
     _flatten_into = None
 
-__all__ = ["flatten_ids", "pad_flat", "pad_ids", "length_groups", "TextEncoder", "prefetch"]
+__all__ = ["flatten_ids", "flatten_ids_range", "pad_flat", "pad_ids", "length_groups", "TextEncoder", "prefetch"]
 
 T = TypeVar("T")
 
 
 def flatten_ids(id_lists: "Sequence[Sequence[int]]") -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate B id lists: flat (T,) int64 and lengths (B,) int64, T = Σ lengths.
+    """Concatenate B id lists: flat (T,) int64 and lengths (B,) int64, T = Σ lengths
+    (:func:`flatten_ids_range` without the range).
+
+    Raises:
+        InputError: an element is not a sequence of integers.
+    """
+    flat, lengths, _ = flatten_ids_range(id_lists)
+    return flat, lengths
+
+
+def flatten_ids_range(id_lists: "Sequence[Sequence[int]]") -> tuple[np.ndarray, np.ndarray, tuple[int, int] | None]:
+    """Concatenate B id lists: flat (T,) int64, lengths (B,) int64, T = Σ lengths, and the smallest and
+    largest id (None when T = 0), read in the same pass by the extension (else one numpy pass).
 
     Python lists of ints are read in one C pass into the int64 output by the optional extension
     ``sketchwm._fastids`` (built by ``pip install``; compact ints read without a call, on
@@ -53,13 +65,15 @@ def flatten_ids(id_lists: "Sequence[Sequence[int]]") -> tuple[np.ndarray, np.nda
     """
     B = len(id_lists)
     if B == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), None
+    id_range: tuple[int, int] | None = None
     try:
         lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=B)  # (B,)
         kinds = set(map(type, id_lists))  # one C-level pass
         if kinds == {list} and _flatten_into is not None:
             flat = np.empty(int(lengths.sum()), np.int64)
-            _flatten_into(id_lists if type(id_lists) is list else list(id_lists), flat, torch.get_num_threads())
+            id_range = _flatten_into(id_lists if type(id_lists) is list else list(id_lists), flat,
+                                     torch.get_num_threads())
         elif kinds == {list}:
             buf = array.array("q")
             add = buf.fromlist
@@ -76,7 +90,9 @@ def flatten_ids(id_lists: "Sequence[Sequence[int]]") -> tuple[np.ndarray, np.nda
         raise InputError(f"token ids must be lists of integers ({exc})") from None
     if flat.dtype.kind not in "iu":
         raise InputError(f"token ids must be integers, got {flat.dtype}")
-    return flat, lengths
+    if id_range is None and len(flat):
+        id_range = int(flat.min()), int(flat.max())
+    return flat, lengths, id_range
 
 
 def pad_flat(flat: np.ndarray, lengths: np.ndarray, rows: np.ndarray | None = None,

@@ -15,7 +15,8 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
-from .batching import flatten_ids, length_groups, pad_flat, prefetch
+from .batching import flatten_ids_range, length_groups, pad_flat, prefetch
+from .components import one_batch
 from .detection_result import DetectionResult
 from .errors import InputError
 
@@ -95,15 +96,21 @@ class InputPaths:
         for off, lists, errs in prefetch(tokenized(), depth=2):
             yield self.detect_ids(lists, per_item=per_item, index_offset=off, _errors=errs)
 
-    def check_flat(self, flat: np.ndarray, lengths: np.ndarray, index_offset: int = 0) -> list[str | None] | None:
+    def check_flat(self, flat: np.ndarray, lengths: np.ndarray, index_offset: int = 0,
+                   id_range: tuple[int, int] | None = None) -> list[str | None] | None:
         """:meth:`check_ids` of every text of a flat concatenation, vectorised: None when all can be
         scored, else one reason (or None) per text.
 
         Args:
             flat: (T,) int64 ids; lengths: (B,) int64 (see :func:`sketchwm.batching.flatten_ids`).
+            id_range: the smallest and largest id of ``flat`` when known
+                (:func:`sketchwm.batching.flatten_ids_range`): inside [0, V) with every text long
+                enough, nothing more is read.
         """
         V, m = self.scheme.vocab_size, self.scheme.min_tokens
         B = len(lengths)
+        if id_range is not None and id_range[0] >= 0 and id_range[1] < V and B and int(lengths.min()) >= max(m, 1):
+            return None
         lo = np.zeros(B, np.int64)
         hi = np.zeros(B, np.int64)
         nonempty = np.flatnonzero(lengths > 0)
@@ -179,9 +186,9 @@ class InputPaths:
         done: list[str] = []
         for a in range(0, B, step):
             b = min(B, a + step)
-            flat, lens = flatten_ids(id_lists[a:b])  # (T,), (b - a,)
+            flat, lens, id_range = flatten_ids_range(id_lists[a:b])  # (T,), (b - a,), (lo, hi) or None
             lengths[a:b] = lens
-            found = self.check_flat(flat, lens, index_offset + a)
+            found = self.check_flat(flat, lens, index_offset + a, id_range)
             if found is not None:
                 errors[a:b] = [e if e is not None else f for e, f in zip(errors[a:b], found)]
             if found is not None or _errors is not None:
@@ -189,7 +196,8 @@ class InputPaths:
             if not per_item and not ok[a:b].all():
                 raise InputError(next(e for e in errors[a:b] if e is not None))
             good = np.flatnonzero(ok[a:b])  # indices within the piece
-            done.append(self._score_piece(flat, lens, good, a, chunk, score, z, p, n_scored, channels))
+            inside = None if found is not None or id_range is None else id_range  # every id of the piece in [0, V)
+            done.append(self._score_piece(flat, lens, good, a, chunk, score, z, p, n_scored, channels, inside))
             if bar is not None:
                 bar.update(b - a)
         if bar is not None:
@@ -208,16 +216,23 @@ class InputPaths:
 
     def _score_piece(self, flat: np.ndarray, lengths: np.ndarray, good: np.ndarray, start: int, chunk: int,
                      score: torch.Tensor, z: torch.Tensor, p: torch.Tensor, n_scored: torch.Tensor,
-                     channels: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> str:
+                     channels: dict[str, tuple[torch.Tensor, torch.Tensor]],
+                     id_range: tuple[int, int] | None = None) -> str:
         """Score texts ``good`` of a flat piece (lengths (b,)) in length-sorted groups; write their
         statistics at ``start + index`` of the (B,) outputs (each channel's p-value and z into
-        ``channels``, made NaN-filled on first sight); return the p-value method ("" if none)."""
+        ``channels``, made NaN-filled on first sight); return the p-value method ("" if none).
+        ``id_range``: the piece's id range when every id lies in [0, V): the scheme's checks then take
+        it with the lengths (:func:`sketchwm.components.one_batch` ``known``) instead of a pass over
+        each padded group."""
         method = ""
         offsets = np.cumsum(lengths) - lengths
         for g in length_groups(lengths[good], max_texts=chunk):
             sel = good[g]  # (b,) text indices in the piece, similar lengths
-            ids, valid = pad_flat(flat, lengths, sel, offsets)  # (b, N) int64, (b, N) bool
-            s = self.scheme.score_ids(ids, valid)
+            ids, valid = pad_flat(flat, lengths, sel, offsets)  # (b, N) int64, (b, N) bool (padding 0)
+            known = None if id_range is None else (torch.from_numpy(lengths[sel]), min(id_range[0], 0),
+                                                   max(id_range[1], 0))  # a range holding the padding too
+            with one_batch(ids, valid, self.scheme.vocab_size, known):
+                s = self.scheme.score_ids(ids, valid)
             idx = torch.from_numpy(sel + start)
             score[idx], z[idx], p[idx] = s.score.cpu().double(), s.z.cpu().double(), s.p_value.cpu().double()
             n_scored[idx] = s.n_scored.cpu().long()

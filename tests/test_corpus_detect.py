@@ -258,10 +258,12 @@ def test_c_flattening_equals_the_python_path(monkeypatch):
     lists += [[0, 1, -1, 2**30 - 1, 2**30, -(2**30), 2**63 - 1, -(2**63), True, False], [],
               [np.int64(5), np.int32(-7), np.uint16(9)]]
     fast_into = batching._flatten_into
-    fast, lengths = batching.flatten_ids(lists)
+    fast, lengths, rng_fast = batching.flatten_ids_range(lists)
     monkeypatch.setattr(batching, "_flatten_into", None)
-    slow, lengths2 = batching.flatten_ids(lists)
+    slow, lengths2, rng_slow = batching.flatten_ids_range(lists)
     assert fast.dtype == slow.dtype == np.int64 and np.array_equal(fast, slow) and np.array_equal(lengths, lengths2)
+    assert rng_fast == rng_slow == (int(slow.min()), int(slow.max())) == (-(2**63), 2**63 - 1)
+    assert batching.flatten_ids_range([[], []])[2] is None
     monkeypatch.undo()
     for bad in ([[1, 2.5]], [[1, "a"]], [[2**70]], [[1], [2, 3.5], [4]]):
         with pytest.raises(InputError, match="lists of integers"):
@@ -279,13 +281,14 @@ def test_c_flattening_equals_the_python_path(monkeypatch):
             lists[-3].append(odd)
         monkeypatch.setattr(batching, "_flatten_into", fast_into)
         try:
-            fast, lengths = batching.flatten_ids(lists)
+            fast, lengths, rng_fast = batching.flatten_ids_range(lists)
         except InputError:
             assert isinstance(odd, float)
             continue
         monkeypatch.setattr(batching, "_flatten_into", None)
-        slow, lengths2 = batching.flatten_ids(lists)
+        slow, lengths2, rng_slow = batching.flatten_ids_range(lists)
         assert sum(map(len, lists)) >= 2**16 and np.array_equal(fast, slow) and np.array_equal(lengths, lengths2), odd
+        assert rng_fast == rng_slow == (int(slow.min()), int(slow.max())), odd  # the range the read saw
 
 
 def test_ids_summary_range_holds_every_valid_id():

@@ -38,8 +38,8 @@ _BATCH: contextvars.ContextVar[tuple | None] = contextvars.ContextVar("sketchwm_
 
 
 @contextlib.contextmanager
-def one_batch(ids: torch.Tensor, valid: torch.Tensor,
-              vocab_size: int) -> Iterator[tuple[torch.Tensor, int, int] | None]:
+def one_batch(ids: torch.Tensor, valid: torch.Tensor, vocab_size: int,
+              known: tuple[torch.Tensor, int, int] | None = None) -> Iterator[tuple[torch.Tensor, int, int] | None]:
     """Summarise a batch once for a whole detection: inside the block, :func:`ids_summary` and
     :func:`check_token_ids` of these very tensors (the same objects, as the detector hands them to
     each channel of a combined scheme) reuse the summary instead of scanning the ids again. Only
@@ -47,6 +47,10 @@ def one_batch(ids: torch.Tensor, valid: torch.Tensor,
 
     Args:
         ids: (B, N) int64; valid: (B, N) bool; vocab_size: V.
+        known: the summary when the caller has it already: lengths (B,) int64 (valid tokens per row)
+            and a range [lo, hi] holding every entry of ``ids``, padding included (the detector's
+            list path reads it while it copies the lists); no pass over the batch is made. A wrong
+            summary gives wrong checks: only for callers that computed it from these very ids.
 
     Yields:
         :func:`ids_summary` ``(ids, valid, vocab_size)``: lengths (B,) int64, smallest and largest id;
@@ -59,6 +63,14 @@ def one_batch(ids: torch.Tensor, valid: torch.Tensor,
     shared = _shared_summary(ids, valid, vocab_size)
     if shared is not None:
         yield shared
+        return
+    if known is not None:
+        lengths, lo, hi = known
+        token = _BATCH.set((ids, valid, vocab_size, (lengths.clone(), lo, hi), (lo, hi)))
+        try:
+            yield lengths, lo, hi
+        finally:
+            _BATCH.reset(token)
         return
     rng = _scan_range(ids) if ids.device.type == "cpu" and ids.numel() else None
     token = _BATCH.set((ids, valid, vocab_size, None, rng))  # the range first: the summary reads it
