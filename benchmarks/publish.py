@@ -41,6 +41,7 @@ SUITE: list[tuple[str, str]] = [
     ("perf-generate", f"{PY} benchmarks/perf_generate.py --schemes global-sketch-green,global-sketch --repeats 3 --z-prompts 0"),
     ("perf-generate-low-confidence", f"{PY} benchmarks/perf_generate.py --schemes global-sketch-green,global-sketch "
                                      "--remasking low_confidence --repeats 3 --z-prompts 0"),
+    ("generate-floor", f"{PY} benchmarks/generate_floor.py"),
     ("perf-detect-stream", f"{PY} benchmarks/perf_detect_stream.py --size-mb 100"),
     ("perf-startup", f"{PY} benchmarks/perf_startup.py --repeats 5"),
     ("perf-guard", f"{PY} benchmarks/perf_guard.py"),

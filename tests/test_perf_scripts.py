@@ -56,3 +56,15 @@ def test_perf_generate_and_tilt_error_smoke(capsys):
         u = res["used_vs_exact"]
         assert 0 <= u["rel_median"] <= u["rel_p95"] <= u["rel_max"] and len(u["block_median"]) == 2
     assert rnd["auto"]["z_texts"] == lc["auto"]["z_texts"] == 2 and "z_mean" not in lc["once"]  # z of --z-refresh auto only
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_generate_floor_counts_the_rows_each_sampler_computes(capsys):
+    """Under low-confidence remasking the unwatermarked sampler runs the LM head on the block's masked rows
+    and the default's exact computation on every masked row, with one body pass per step either way."""
+    r = _run("generate_floor", ["--prompts", "2", "--gen-length", "64", "--device", "cpu"], capsys)
+    rows, pos = r["rows"], r["positions"]
+    assert pos["unwatermarked"] == pos["global-sketch-green"] and r["forwards"]["unwatermarked"] == r["forwards"]["global-sketch-green"]
+    assert rows["unwatermarked"] == 2 * 2 * sum(range(1, 33))  # two blocks of 32: the block's masked rows per step
+    assert rows["global-sketch-green"] == 2 * sum(range(1, 65))  # every masked row at every step
+    assert r["model_work_ratio"] > r["model_work_ratio_llada_8b_dims"] > 1.0
