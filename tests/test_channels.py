@@ -273,3 +273,40 @@ def test_channels_scored_on_threads_of_their_own_give_the_sequential_scores(monk
     assert seq.p_value_method == conc.p_value_method
     for name, (p, z) in seq.channels.items():
         assert torch.equal(p, conc.channels[name][0]) and torch.equal(z, conc.channels[name][1]), name
+
+
+def test_the_default_computes_its_green_rows_only_when_it_tilts_and_writes_the_same_texts(tiny, builtin_registry,
+                                                                                          monkeypatch):
+    """Between refreshes the engine passes the default its targets alone and the green channel's
+    neighbour rows on demand: they are computed at the steps where the handover gives the green lists a
+    share (some, at a low temperature), and the texts equal those of computing them at every step."""
+    from sketchwm.components import marginals as marginals_module
+    from sketchwm.engine import MaskedDiffusionSampler
+    from sketchwm.marginal_sources import IncrementalMarginals
+
+    scheme = builtin_registry.create("scheme", "global-sketch-green", {"sketch": {"prior": {"source": "uniform"}}},
+                                     WatermarkKey(b"w" * 32), tiny.vocab_size, registry=builtin_registry)
+    widened = {"n": 0}
+    wider = marginals_module.Marginals.wider
+
+    def counting(self):
+        widened["n"] += self.widen is not None and self._wider is None
+        return wider(self)
+
+    def generate(temperature, eager):
+        cfg = {"gen_length": 32, "block_length": 32, "steps": 16, "remasking": "random", "temperature": temperature}
+        sampler = MaskedDiffusionSampler(tiny, cfg, scheme)
+        assert isinstance(sampler.source, IncrementalMarginals)
+        if eager:  # every step's neighbour rows computed up front, as a partial refresh of them
+            lazy = sampler.source.marginals
+            sampler.source.marginals = lambda *a, **k: lazy(*a, **k).wider()
+        return sampler.generate(["the water", "people go", "time of day", "he said"], torch.Generator().manual_seed(5)).ids
+
+    monkeypatch.setattr(marginals_module.Marginals, "wider", counting)
+    for temperature in (1.0, 0.3):
+        widened["n"] = 0
+        lazy_ids = generate(temperature, eager=False)
+        steps_widened = widened["n"]
+        assert torch.equal(lazy_ids, generate(temperature, eager=True)), temperature
+        if temperature < 1:
+            assert 0 < steps_widened < 16, steps_widened  # computed at some steps, not at all of them
