@@ -50,13 +50,16 @@ import torch
 from sketchwm.bench.perf import interleaved, report
 from sketchwm.bench.seeds import bench_key
 
-#: detect_batch ÷ a row sort of the same ids: detection (its own sort, gathers, three channels'
-#: p-values) within 1.3 sorts of its input, the level the default reads on one thread, so that a doubled
-#: detection path fails. The absolute target (5×10^7 tokens/s) is perf_detect.py's, published with its CPU.
-DETECT_BUDGET = 1.3
-#: checks over their budget today → the ratio they were accepted at: read 2026-11-28 with this script
-#: on a 2-core AMD EPYC (AVX512 kernels), torch 2.13.0+cpu, 1 thread, load average 15-20
-ACCEPTED = {"embedding": 2.9, "generate-random": 1.9}
+#: detect_batch ÷ a row sort of the same ids: detection (its own sort, gathers, the channels' p-values)
+#: within 0.9 of a sort of its input, above the level the default reads on one thread (0.76-0.96), so that a
+#: doubled detection path fails (1.5-1.9 > 1.35). The absolute target (5×10^7 tokens/s) is perf_detect.py's,
+#: published with its CPU.
+DETECT_BUDGET = 0.9
+#: checks over their budget today → the ratio they were accepted at, read with this script on a 2-core
+#: AMD EPYC (AVX512 kernels), torch 2.13.0+cpu, 1 thread: embedding at load average 15-20 (2.5-2.9);
+#: generate-random idle (1.37, per-repeat ratios 1.25-1.49) once the default computes its green rows
+#: only where it tilts
+ACCEPTED = {"embedding": 2.9, "generate-random": 1.5}
 #: a check fails above this multiple of its budget
 MARGIN = 1.5
 
