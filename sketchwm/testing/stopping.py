@@ -94,6 +94,13 @@ class StoppingBackend(DLMBackend):
         out = self.inner.logits_at(input_ids, attention_mask, index).float()
         return self._with_eos(out, index.to(out.device) - (input_ids.shape[1] - self.gen_length))
 
+    def logits_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None):
+        """:meth:`DLMBackend.logits_rows` of the inner model (one forward pass), then the EOS column of each
+        call's rows: index (B, K) into [0, L) → (B, K, V) float32."""
+        at = self.inner.logits_rows(input_ids, attention_mask)
+        shift = input_ids.shape[1] - self.gen_length
+        return lambda index: self._with_eos(at(index).float(), index.to(self.device) - shift)
+
 
 def stopping_backend(gen_length: int = 64, stop_after: float = 40.0, softness: float = 3.0, seed: int = 0) -> StoppingBackend:
     """:class:`StoppingBackend` over :func:`sketchwm.testing.tiny_backend` with ``[SEP]`` as EOS."""
