@@ -240,15 +240,16 @@ class CombinedScheme(ComposedScheme):
     def process_logits(self, step: DenoiseStep) -> torch.Tensor:
         """The combined tilt of the target rows: (B, K, V) float32 (class doc).
 
-        The increments read the untilted marginals. When the target rows are a copy of the rows read
-        (:meth:`Marginals.target_logits`), or the rows an increment reads come on demand
+        The increments read the untilted marginals. When the tilted rows cannot overwrite them (the
+        target rows are a copy of the rows read, :meth:`Marginals.target_logits`, or the caller owns
+        the output, :attr:`Marginals.out`), or the rows an increment reads come on demand
         (:meth:`Marginals.wider`, fresh from the model), the ``rows`` channel tilts first, and an
         increment whose share is 0 for every text is not computed (it would add zeros), nor are the
         rows it would have read: the result is the same.
         """
         rows, incs = self._one("rows"), [c for c in self.channels if c.acts == "increment"]
         m = step.marginals
-        early = (rows is not None and (m.widen is not None or not m.rows_are_targets)
+        early = (rows is not None and (m.widen is not None or m.out is not None or not m.rows_are_targets)
                  and any(c.share is not None for c in incs))
         base = rows.scheme.tilt(channel_step(rows, step)) if early else None
         increments = []

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import ConfigError
 
@@ -29,9 +29,29 @@ M = TypeVar("M", bound=BaseModel)
 
 class StrictModel(BaseModel):
     """Base for all configs: unknown fields are errors, NaN and ±inf are refused in every float field,
-    instances are immutable."""
+    instances are immutable.
+
+    Attributes:
+        over_defaults: names of nested-params fields whose default is an instance with fields of its
+            own (e.g. the default's ``sketch`` channel, δ 0.75): a partial dict given for one is laid over
+            that instance's set fields, not over the class defaults (``{"sketch": {"prior": ...}}``
+            keeps δ 0.75). Default: none.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    over_defaults: ClassVar[tuple[str, ...]] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lay_over_defaults(cls, data: Any) -> Any:
+        """``data`` with each partial dict of an :attr:`over_defaults` field laid over that field's default."""
+        if not cls.over_defaults or not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for name in cls.over_defaults:
+            if isinstance(out.get(name), dict):
+                out[name] = {**cls.model_fields[name].default.model_dump(exclude_unset=True), **out[name]}
+        return out
 
 
 class ComponentSpec(StrictModel):

@@ -17,6 +17,9 @@ from sketchwm.keys import WatermarkKey
 from sketchwm.multiple_testing import weighted_bonferroni
 from sketchwm.registry import get_registry
 
+#: the default's sketch channel params (delta, coverage_full, marginals) with a uniform prior
+DEFAULT_SKETCH_UNIFORM = {"delta": 0.75, "coverage_full": 0.25, "marginals": "sampled", "prior": {"source": "uniform"}}
+
 V = 120
 MASK = 4
 KEY = WatermarkKey(bytes(range(32)))
@@ -278,14 +281,14 @@ def test_channels_scored_on_threads_of_their_own_give_the_sequential_scores(monk
 def test_the_default_computes_its_green_rows_only_when_it_tilts_and_writes_the_same_texts(tiny, builtin_registry,
                                                                                           monkeypatch):
     """Between refreshes the engine passes the default its targets alone and the green channel's
-    neighbour rows on demand: they are computed at the steps where the handover gives the green lists a
-    share (some, at a low temperature), and the texts equal those of computing them at every step."""
+    neighbour rows on demand: they are computed at no step when the handover leaves the green lists no
+    share (the shipped c* = 0.25 on the tiny model, whose samples cover about half their positions with
+    distinct tokens) and at every step when it leaves them one (c* = 1), and the texts equal those of
+    computing the rows at every step."""
     from sketchwm.components import marginals as marginals_module
     from sketchwm.engine import MaskedDiffusionSampler
     from sketchwm.marginal_sources import IncrementalMarginals
 
-    scheme = builtin_registry.create("scheme", "global-sketch-green", {"sketch": {"prior": {"source": "uniform"}}},
-                                     WatermarkKey(b"w" * 32), tiny.vocab_size, registry=builtin_registry)
     widened = {"n": 0}
     wider = marginals_module.Marginals.wider
 
@@ -293,8 +296,8 @@ def test_the_default_computes_its_green_rows_only_when_it_tilts_and_writes_the_s
         widened["n"] += self.widen is not None and self._wider is None
         return wider(self)
 
-    def generate(temperature, eager):
-        cfg = {"gen_length": 32, "block_length": 32, "steps": 16, "remasking": "random", "temperature": temperature}
+    def generate(scheme, eager):
+        cfg = {"gen_length": 32, "block_length": 32, "steps": 16, "remasking": "random", "temperature": 1.0}
         sampler = MaskedDiffusionSampler(tiny, cfg, scheme)
         assert isinstance(sampler.source, IncrementalMarginals)
         if eager:  # every step's neighbour rows computed up front, as a partial refresh of them
@@ -303,10 +306,38 @@ def test_the_default_computes_its_green_rows_only_when_it_tilts_and_writes_the_s
         return sampler.generate(["the water", "people go", "time of day", "he said"], torch.Generator().manual_seed(5)).ids
 
     monkeypatch.setattr(marginals_module.Marginals, "wider", counting)
-    for temperature in (1.0, 0.3):
+    for full, steps in ((0.25, 0), (1.0, 15)):  # 16 steps, the first a complete one
+        scheme = builtin_registry.create("scheme", "global-sketch-green",
+                                         {"sketch": {**DEFAULT_SKETCH_UNIFORM, "coverage_full": full}},
+                                         WatermarkKey(b"w" * 32), tiny.vocab_size, registry=builtin_registry)
         widened["n"] = 0
-        lazy_ids = generate(temperature, eager=False)
-        steps_widened = widened["n"]
-        assert torch.equal(lazy_ids, generate(temperature, eager=True)), temperature
-        if temperature < 1:
-            assert 0 < steps_widened < 16, steps_widened  # computed at some steps, not at all of them
+        lazy_ids = generate(scheme, eager=False)
+        assert widened["n"] == steps, (full, widened["n"])
+        assert torch.equal(lazy_ids, generate(scheme, eager=True)), full
+
+
+@pytest.mark.parametrize("sharpness", [1.0, 12.0])
+def test_with_an_output_buffer_the_default_tilts_as_on_a_copy(sharpness):
+    """A caller that owns the output (Marginals.out, every row a target: a benchmark, a user's buffer) gets
+    the sketch's tilt first and the green increment only where its share is above 0; the result equals
+    the in-place path on a copy of the logits, which computes the increment first. Flat logits leave
+    the green lists no share (high coverage); rows that all peak on the same few tokens give them one."""
+    V, B, G = 500, 3, 24
+    scheme = get_registry().create("scheme", "global-sketch-green", {"sketch": DEFAULT_SKETCH_UNIFORM},
+                                   WatermarkKey(b"o" * 32), V)
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(B, G, V, generator=g) + sharpness * torch.randn(1, 1, V, generator=g)  # (B, G, V)
+    masked = torch.rand(B, G, generator=g) < 0.9
+    tokens = torch.where(masked, V - 1, 7)  # the known positions hold one token
+
+    def step(marginals):
+        return DenoiseStep(3, 16, tokens, masked, marginals, torch.zeros(B, 1, dtype=torch.long),
+                           torch.ones(B, 1, dtype=torch.bool), (0, G), V - 1, None, 1.0)
+
+    scheme.begin(B, G, torch.zeros(B, 1, dtype=torch.long), torch.ones(B, 1, dtype=torch.bool))
+    base = scheme.channel("sketch").scheme.tilt(step(Marginals.canvas(logits.clone(), masked)))
+    share = scheme.green_share(base)
+    assert (bool((share > 0).any()) if sharpness > 1 else not bool((share > 0).any())), share
+    out = scheme.process_logits(step(Marginals.canvas(logits, masked, out=torch.empty_like(logits))))
+    in_place = scheme.process_logits(step(Marginals.canvas(logits.clone(), masked)))
+    assert torch.equal(out, in_place)

@@ -31,7 +31,8 @@ def test_perf_detect_attribution_embedding_smoke(capsys):
     a = _run("perf_attribution", ["--keys", "300", "--vocab", "2000", "--repeats", "1", "--device", "cpu"], capsys)
     assert a["keys"] == 300 and a["bank_mb"] == round(300 * 1024 / 8 / 1e6, 2) and a["ms"] > 0
     e = _run("perf_embedding", ["--positions", "8", "--vocab", "2000", "--repeats", "1", "--device", "cpu"], capsys)
-    assert {"ratio", "ratio_inplace", "ratio_count", "ratio_count_inplace"} <= set(e)
+    assert {"ratio", "ratio_inplace", "ratio_green_every_step", "ratio_global_sketch", "ratio_count",
+            "ratio_count_inplace"} <= set(e) and e["scheme"] == "global-sketch-green"
 
 
 @pytest.mark.usefixtures("one_thread")

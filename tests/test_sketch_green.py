@@ -19,6 +19,9 @@ from sketchwm_builtin.sketch_green import GREEN_DOMAIN, SAMPLING_DOMAIN
 V = 120
 MASK = 4
 SKETCH = {"prior": {"source": "uniform"}, "sketch": {"name": "count-sketch", "params": {"d": 4, "w": 64, "counting": "presence"}}}
+#: the sketch channel without the coverage handover (fixed shares of α and of the tilt), as ``global-sketch``
+#: itself: a partial ``sketch`` dict otherwise keeps the default's c* = 0.25 and sampled marginals
+FIXED = {"coverage_full": None, "marginals": "model"}
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -46,7 +49,7 @@ def _state(B: int, G: int, seed: int) -> DenoiseStep:
 
 def _schemes(scale: float, key: WatermarkKey):
     reg = get_registry()
-    both = reg.create("scheme", "global-sketch-green", {"sketch": {**SKETCH, "delta": 0.75}, "green": {"delta": 1.5},
+    both = reg.create("scheme", "global-sketch-green", {"sketch": {**SKETCH, **FIXED, "delta": 0.75}, "green": {"delta": 1.5},
                                                         "scale": scale, "sampling": "free", "family": ONE}, key, V)
     sketch = reg.create("scheme", "global-sketch", {**SKETCH, "delta": 0.75 * scale}, key, V)
     green = reg.create("scheme", "red-green-dlm", {"delta": 1.5 * scale}, key.subkey(GREEN_DOMAIN), V)
@@ -86,7 +89,7 @@ def test_pvalue_is_bonferroni_over_the_channels_and_the_green_key_is_separate():
     out = both.score_ids(ids, valid)
     ps, pg = sketch.score_ids(ids, valid).p_value.double(), green.score_ids(ids, valid).p_value.double()
     assert torch.allclose(out.p_value, torch.clamp(2 * torch.minimum(ps, pg), max=1.0), rtol=1e-12, atol=0)
-    w8 = get_registry().create("scheme", "global-sketch-green", {"sketch": {**SKETCH, "delta": 0.75}, "green": {"delta": 1.5},
+    w8 = get_registry().create("scheme", "global-sketch-green", {"sketch": {**SKETCH, **FIXED, "delta": 0.75}, "green": {"delta": 1.5},
                                                                  "weight": 0.8, "sampling": "free", "family": ONE}, key,
                                 V).score_ids(ids, valid).p_value
     assert torch.allclose(w8, torch.clamp(torch.minimum(ps / 0.8, pg / 0.2), max=1.0), rtol=1e-12, atol=0)
@@ -418,3 +421,19 @@ def test_user_loop_draws_its_members_from_a_given_generator(tiny):
     (a, da), (b, db), (_, dc) = tilted(5), tilted(5), tilted(6)
     assert torch.equal(a, b) and torch.equal(da, db)
     assert not torch.equal(da, dc)  # another seed draws other members (16 members, 6 texts)
+
+
+def test_a_partial_channel_dict_keeps_the_defaults_other_fields():
+    """{"sketch": {"prior": ...}} changes the prior only: δ 0.75, c* = 0.25 and sampled marginals stay (the
+    scheme keeps its coverage handover and weighting); a field given explicitly, None included, wins."""
+    from sketchwm_builtin.sketch_green import SketchGreenParams
+
+    default = SketchGreenParams()
+    p = SketchGreenParams.model_validate({"sketch": {"prior": {"source": "uniform"}}, "green": {"gamma": 0.5}})
+    assert (p.sketch.delta, p.sketch.coverage_full, p.sketch.marginals) == (0.75, 0.25, "sampled")
+    assert p.sketch.prior.source == "uniform" and p.green.delta == default.green.delta == 2.0 and p.green.gamma == 0.5
+    fixed = SketchGreenParams.model_validate({"sketch": {"coverage_full": None, "delta": 0.5}})
+    assert (fixed.sketch.coverage_full, fixed.sketch.delta, fixed.sketch.marginals) == (None, 0.5, "sampled")
+    scheme = get_registry().create("scheme", "global-sketch-green", {"sketch": {"prior": {"source": "uniform"}}}, _key(5), V)
+    assert not scheme.fixed_weight and "min(1, coverage/0.25)" in scheme.weight_rule()
+    assert SketchGreenParams.model_validate(default.model_dump(mode="json")) == default  # a dump reads back the same

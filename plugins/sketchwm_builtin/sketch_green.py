@@ -152,6 +152,7 @@ class SketchGreenParams(StrictModel):
     keyed_scores: Literal["kept", "all"] = "kept"
     sampling_weight: float = Field(0.2, gt=0, lt=1)
     min_tokens: int = Field(16, ge=1)
+    over_defaults = ("sketch", "green", "keyed")  # {"sketch": {"prior": ...}} keeps δ 0.75, c* 0.25, sampled marginals
 
 
 class SketchGreenScheme(CombinedScheme):
@@ -197,11 +198,10 @@ class SketchGreenScheme(CombinedScheme):
         self.fixed_weight = p.weighting == "fixed" or p.sketch.coverage_full is None  # one w for every text
         a = 0.0 if self.sampling_channel is None else p.sampling_weight
         w = self.sketch_weight  # the sketch's share of α per text, split with the keyed channel
-        self.combine(
-            Channel("sketch", self.sketch_channel, "rows", lambda s, n: (1.0 - a) * w(s, n), steers_order=True),
-            Channel("green", self.green_channel, "increment", lambda s, n: 1.0 - w(s, n), share=self.green_share),
-            Channel("keyed-sampling", self.sampling_channel, "noise", lambda s, n: a * w(s, n))
-            if self.sampling_channel is not None else None)
+        self.combine(Channel("sketch", self.sketch_channel, "rows", lambda s, n: (1.0 - a) * w(s, n), steers_order=True),
+                     Channel("green", self.green_channel, "increment", lambda s, n: 1.0 - w(s, n), share=self.green_share),
+                     Channel("keyed-sampling", self.sampling_channel, "noise", lambda s, n: a * w(s, n))
+                     if self.sampling_channel is not None else None)
         self.prior_fingerprint, self.prior_desc = self.sketch_channel.prior_fingerprint, self.sketch_channel.prior_desc
 
     def green_share(self, sketch: Tilt) -> torch.Tensor | None:
