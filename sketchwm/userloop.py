@@ -156,13 +156,17 @@ class LogitsTilter:
         gen = x[:, P:]
         G = gen.shape[1]
         masked = gen == self.backend.mask_token_id
+        rows = out[:, P:]  # (B, G, V): the scheme reads a copy and writes the tilted rows here (Marginals.out)
         state = DenoiseStep(  # every masked row is read and tilted: the canvas layout of Marginals
             step=step, total_steps=self.steps, tokens=gen, masked=masked,
-            marginals=Marginals.canvas(out[:, P:].contiguous(), masked), prompt_ids=self._prompt_ids,
+            marginals=Marginals.canvas(rows.clone(memory_format=torch.contiguous_format), masked, out=rows),
+            prompt_ids=self._prompt_ids,
             prompt_mask=self._prompt_mask, block=block or (0, G), mask_token_id=self.backend.mask_token_id,
             generator=self.generator,
         )
-        out[:, P:] = self.scheme.process_logits(state)
+        tilted = self.scheme.process_logits(state)
+        if tilted.data_ptr() != rows.data_ptr() or tilted.stride() != rows.stride():
+            rows.copy_(tilted)
         return out
 
 

@@ -437,3 +437,29 @@ def test_a_partial_channel_dict_keeps_the_defaults_other_fields():
     scheme = get_registry().create("scheme", "global-sketch-green", {"sketch": {"prior": {"source": "uniform"}}}, _key(5), V)
     assert not scheme.fixed_weight and "min(1, coverage/0.25)" in scheme.weight_rule()
     assert SketchGreenParams.model_validate(default.model_dump(mode="json")) == default  # a dump reads back the same
+
+
+@pytest.mark.parametrize("coverage_full", [0.25, 1.0])
+def test_logits_tilter_writes_through_an_owned_output_as_it_tilted_a_copy(tiny, coverage_full, monkeypatch):
+    """LogitsTilter gives the scheme the rows' copy to read and its own buffer to write (Marginals.out), so
+    the default skips its green candidates where they take no share: the tilted logits equal those of
+    tilting the copy in place (no output buffer), with the green lists taking no share (c* = 0.25 on
+    flat logits) and a share (c* = 1), with and without a prompt."""
+    from sketchwm.userloop import LogitsTilter
+
+    params = {"sketch": {"prior": {"source": "uniform"}, "coverage_full": coverage_full}}
+    for P in (0, 3):
+        outs = []
+        for owned in (True, False):
+            scheme = get_registry().create("scheme", "global-sketch-green", params, _key(6), tiny.vocab_size)
+            tilter = LogitsTilter(scheme, tiny, steps=4, generator=torch.Generator().manual_seed(0))
+            x = torch.full((2, P + 12), tiny.mask_token_id)
+            x[:, :P], x[:, P + 3] = 5, 9
+            logits = 3 * torch.randn(2, P + 12, tiny.vocab_size, generator=torch.Generator().manual_seed(1))
+            with monkeypatch.context() as m:
+                if not owned:  # the canvas without an output buffer: the scheme tilts the copy in place
+                    canvas = Marginals.canvas
+                    m.setattr(Marginals, "canvas", classmethod(lambda cls, lg, mk, out=None: canvas.__func__(cls, lg, mk)))
+                outs.append([tilter(logits, x, step=s) for s in range(2)])
+        assert all(torch.equal(a, b) for a, b in zip(*outs)), P
+        assert not torch.equal(outs[0][0], logits)  # it tilted
