@@ -33,9 +33,9 @@ class StrictModel(BaseModel):
 
     Attributes:
         over_defaults: names of nested-params fields whose default is an instance with fields of its
-            own (e.g. the default's ``sketch`` channel, δ 0.75): a partial dict given for one is laid over
-            that instance's set fields, not over the class defaults (``{"sketch": {"prior": ...}}``
-            keeps δ 0.75). Default: none.
+            own (e.g. the default's ``sketch`` channel, c* = 0.25): a partial dict given for one is laid
+            over that instance's set fields, not over the class defaults (``{"sketch": {"prior": ...}}``
+            keeps c* = 0.25). Default: none.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
