@@ -129,10 +129,10 @@ def channel_step(channel: Channel, step: DenoiseStep) -> DenoiseStep:
     rows when the engine passed them on demand (:meth:`Marginals.wider`); any other channel gets
     ``step`` itself."""
     r, m = channel.scheme.reads, step.marginals
-    targets_alone = r.kind == "sampled" or (r.kind == "masked" and r.incremental and r.radius == 0)
-    if m.widen is not None and not targets_alone:
+    incremental_alone = r.kind == "masked" and r.incremental and r.radius == 0  # the targets between refreshes
+    if m.widen is not None and not (incremental_alone or r.kind == "sampled"):
         return replace(step, marginals=m.wider())
-    if m.complete or m.rows_are_targets or not targets_alone or r.kind == "sampled":
+    if m.complete or m.rows_are_targets or not incremental_alone:
         return step
     return replace(step, marginals=m.targets_only())
 

@@ -10,7 +10,6 @@ what they compute. The sampler (:class:`sketchwm.engine.MaskedDiffusionSampler`)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import Callable
 
 import torch
@@ -168,8 +167,11 @@ class IncrementalMarginals(MarginalSource):
             x, attn = canvas.model_inputs()
             at = self.backend.logits_rows(x, attn)
             masked = canvas.masked  # (B, G): this step's, whenever a reader asks
-            near = partial(self._partial_refresh, canvas, masked, reads.near_targets(masked, targets, target_valid),
-                           targets, target_valid, step, at)
+
+            def near() -> Marginals:
+                return self._partial_refresh(canvas, masked, reads.near_targets(masked, targets, target_valid),
+                                             targets, target_valid, step, at)
+
             return Marginals(self.fetch(canvas, targets, target_valid, step, at), targets, target_valid, rows,
                              target_valid, complete=False, widen=near)
         if isinstance(refresh, bool):  # the targets alone

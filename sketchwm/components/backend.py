@@ -13,7 +13,7 @@ import torch
 
 from .component import Component
 
-__all__ = ["DLMBackend", "tokenizer_fingerprint"]
+__all__ = ["DLMBackend", "rows_of", "tokenizer_fingerprint"]
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:
@@ -42,6 +42,21 @@ def tokenizer_fingerprint(tokenizer: Any) -> str:
     except TypeError:
         pass
     return fp
+
+
+def rows_of(once: Callable[[], torch.Tensor],
+            pick: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The function :meth:`DLMBackend.logits_rows` returns: ``at(index)`` = ``pick(state, index)``, index
+    (B, K) int64 → (B, K, V) float32, where ``state`` (the model's hidden states or full logits) is
+    ``once()``, computed at the first call only."""
+    state: list[torch.Tensor] = []
+
+    def at(index: torch.Tensor) -> torch.Tensor:
+        if not state:
+            state.append(once())
+        return pick(state[0], index)
+
+    return at
 
 
 _FINGERPRINTS: "weakref.WeakKeyDictionary[Any, tuple[int | None, str]]" = weakref.WeakKeyDictionary()
@@ -122,14 +137,8 @@ class DLMBackend(Component):
                       attention_mask: torch.Tensor | None) -> Callable[[torch.Tensor], torch.Tensor]:
         """:meth:`logits_rows` for a model whose LM head runs on every position: the full (B, L, V)
         :meth:`logits` once, at the first call, gathered at index (B, K) int64 at each call."""
-        full: list[torch.Tensor] = []  # (B, L, V) once computed
-
-        def at(index: torch.Tensor) -> torch.Tensor:
-            if not full:
-                full.append(self.logits(input_ids, attention_mask))
-            return torch.gather(full[0], 1, index[..., None].expand(-1, -1, full[0].shape[-1]))
-
-        return at
+        return rows_of(lambda: self.logits(input_ids, attention_mask),
+                       lambda full, index: torch.gather(full, 1, index[..., None].expand(-1, -1, full.shape[-1])))
 
     def replaces_logits_at(self, owner: type) -> bool:
         """Whether :meth:`logits_at` is not ``owner``'s: a subclass below it overrides it, or it is set

@@ -65,17 +65,12 @@ def one_batch(ids: torch.Tensor, valid: torch.Tensor, vocab_size: int,
         yield shared
         return
     if known is not None:
-        lengths, lo, hi = known
-        token = _BATCH.set((ids, valid, vocab_size, (lengths.clone(), lo, hi), (lo, hi)))
-        try:
-            yield lengths, lo, hi
-        finally:
-            _BATCH.reset(token)
-        return
-    rng = _scan_range(ids) if ids.device.type == "cpu" and ids.numel() else None
+        rng = known[1], known[2]
+    else:
+        rng = _scan_range(ids) if ids.device.type == "cpu" and ids.numel() else None
     token = _BATCH.set((ids, valid, vocab_size, None, rng))  # the range first: the summary reads it
     try:
-        summary = ids_summary(ids, valid, vocab_size)
+        summary = known if known is not None else ids_summary(ids, valid, vocab_size)
         _BATCH.set((ids, valid, vocab_size, (summary[0].clone(), summary[1], summary[2]), rng))
         yield summary
     finally:

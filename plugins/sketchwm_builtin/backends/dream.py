@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from sketchwm.components.backend import rows_of
 from sketchwm.errors import ConfigError
 
 from .hf_masked_lm import HFBackendParams
@@ -124,15 +125,10 @@ class DreamBackend(LLaDABackend):
         return self._head_rows(head, input_ids, attention_mask)
 
     def _head_rows(self, head: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor | None):
-        """:meth:`logits_rows` with Dream's base model and LM head ``head``."""
-        hidden: list[torch.Tensor] = []  # (B, L, H) once computed
+        """:meth:`logits_rows` with Dream's base model and LM head ``head``: the hidden states once."""
 
-        def at(index: torch.Tensor) -> torch.Tensor:
-            if not hidden:
-                hidden.append(self._hidden(input_ids, attention_mask))
-            h = hidden[0]
-            src = (index.to(self.device) - 1).clamp_min(0)
-            picked = torch.gather(h, 1, src[..., None].expand(-1, -1, h.shape[-1]))  # (B, K, H)
-            return self.postprocess_logits(head(picked).float())
+        def pick(h: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+            src = (index.to(self.device) - 1).clamp_min(0)  # the shift: row i − 1 predicts token i
+            return self.postprocess_logits(head(torch.gather(h, 1, src[..., None].expand(-1, -1, h.shape[-1]))).float())
 
-        return at
+        return rows_of(lambda: self._hidden(input_ids, attention_mask), pick)

@@ -16,6 +16,7 @@ import torch
 from pydantic import Field
 
 from sketchwm.components import DLMBackend
+from sketchwm.components.backend import rows_of
 from sketchwm.config import StrictModel
 from sketchwm.errors import ConfigError, ModelFileError
 
@@ -251,23 +252,19 @@ class HFMaskedLMBackend(DLMBackend):
 
     def _head_rows(self, split: tuple[Any, Any], input_ids: torch.Tensor,
                    attention_mask: torch.Tensor | None) -> Callable[[torch.Tensor], torch.Tensor]:
-        """:meth:`logits_rows` of (encoder, LM head) ``split``."""
+        """:meth:`logits_rows` of (encoder, LM head) ``split``: the (B, L, H) hidden states once."""
         enc, head = split
-        hidden: list[torch.Tensor] = []  # (B, L, H) once computed
 
-        def at(index: torch.Tensor) -> torch.Tensor:
-            if not hidden:
-                if input_ids.shape[1] > self.max_length:
-                    raise ConfigError(f"sequence of {input_ids.shape[1]} tokens exceeds the model's maximum of "
-                                      f"{self.max_length}")
-                am = None if attention_mask is None else attention_mask.to(self.device).long()
-                hidden.append(enc(input_ids=input_ids.to(self.device), attention_mask=am,
-                                  **self._position_kwargs(attention_mask)).last_hidden_state)
-            h = hidden[0]
-            picked = torch.gather(h, 1, index.to(self.device)[..., None].expand(-1, -1, h.shape[-1]))  # (B, K, H)
-            return head(picked).float()
+        def hidden() -> torch.Tensor:
+            if input_ids.shape[1] > self.max_length:
+                raise ConfigError(f"sequence of {input_ids.shape[1]} tokens exceeds the model's maximum of "
+                                  f"{self.max_length}")
+            am = None if attention_mask is None else attention_mask.to(self.device).long()
+            return enc(input_ids=input_ids.to(self.device), attention_mask=am,
+                       **self._position_kwargs(attention_mask)).last_hidden_state
 
-        return at
+        return rows_of(hidden, lambda h, index: head(
+            torch.gather(h, 1, index.to(self.device)[..., None].expand(-1, -1, h.shape[-1]))).float())
 
     def logits(
         self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, positions: torch.Tensor | None = None

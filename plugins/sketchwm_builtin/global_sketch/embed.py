@@ -260,7 +260,7 @@ def read_marginals(step: DenoiseStep, mode: str) -> tuple[Marginals, float]:
     T = step.temperature
     if mode == "model" or T is None or T == 0.0 or T == 1.0:
         return step.marginals, 1.0
-    return replace(step.marginals, logits=step.marginals.logits / T, out=None), float(T)
+    return replace(step.marginals, logits=step.marginals.logits / T, out=None, widen=None), float(T)
 
 
 def committed_coverage(sketch: Any, vocab_size: int, tokens: torch.Tensor, masked: torch.Tensor,
